@@ -1,0 +1,114 @@
+"""Typed records: atomic Parquet/JSON writes and the manifest of a record set.
+
+A job's output either exists completely or not at all: every writer goes through a temporary
+file in the destination directory followed by ``os.replace``, so a crash mid-write never leaves
+a file that Snakemake would take as done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only on success."""
+    dest = Path(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, dest)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    """Write ``obj`` as sorted, indented JSON, atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+def _json_default(obj: Any) -> Any:
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return asdict(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "item"):
+        return obj.item()
+    raise TypeError(f"cannot serialise {type(obj).__name__} to JSON")
+
+
+def write_table(path: str | os.PathLike[str], table: pd.DataFrame | pa.Table,
+                metadata: dict[str, Any] | None = None) -> None:
+    """Write a Parquet table atomically, deterministically (no timestamps, fixed row groups).
+
+    ``metadata`` is stored as JSON under the schema key ``floorgap`` (provenance, config).
+    """
+    if isinstance(table, pd.DataFrame):
+        table = pa.Table.from_pandas(table, preserve_index=False)
+    if metadata is not None:
+        meta = dict(table.schema.metadata or {})
+        meta[b"floorgap"] = json.dumps(metadata, sort_keys=True, default=_json_default).encode()
+        table = table.replace_schema_metadata(meta)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd", write_statistics=False,
+                       row_group_size=max(1, table.num_rows))
+
+
+def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Read a Parquet record file into a DataFrame."""
+    return pq.read_table(path).to_pandas()
+
+
+def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``floorgap`` JSON metadata stored in a Parquet file's schema (empty if none)."""
+    meta = pq.read_schema(path).metadata or {}
+    raw = meta.get(b"floorgap")
+    return json.loads(raw) if raw else {}
+
+
+def dataclass_rows(rows: Sequence[Any]) -> pd.DataFrame:
+    """A DataFrame from a sequence of record dataclasses (columns in field order)."""
+    if not rows:
+        raise ValueError("no rows to write")
+    cols = [f.name for f in fields(rows[0])]
+    return pd.DataFrame([asdict(r) for r in rows], columns=cols)
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def manifest_entry(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Row count (Parquet files) and SHA-256 of one record file."""
+    p = Path(path)
+    entry: dict[str, Any] = {"path": str(p), "sha256": sha256_file(p), "bytes": p.stat().st_size}
+    if p.suffix == ".parquet":
+        entry["rows"] = pq.read_metadata(p).num_rows
+    return entry
+
+
+def write_manifest(path: str | os.PathLike[str], files: Sequence[str | os.PathLike[str]]) -> None:
+    """Write a manifest (row counts and SHA-256 of every record file) atomically."""
+    write_json(path, {"files": [manifest_entry(f) for f in sorted(map(str, files))]})
