@@ -1,0 +1,18 @@
+rule anchors:
+    """Stratified anchors (context bucket x relative third) with inclusion probabilities."""
+    input:
+        corpus="results/{target}/corpus/{domain}.parquet",
+    output:
+        "results/{target}/anchors/{domain}.parquet",
+    params:
+        spec=anchors_spec,
+    log:
+        f"{LOGS}/anchors/{{target}}/{{domain}}.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    conda:
+        "../../envs/floorgap.yaml"
+    shell:
+        "{PY}.anchors --spec {params.spec:q} --corpus {input.corpus} --out {output} --log {log}"

@@ -1,0 +1,86 @@
+# Shared wiring: config validation (before any job runs), wildcard constraints, and the
+# per-stage specs handed to the CLIs. Specs travel as `params`, so a rule reruns exactly when
+# the part of the config it reads changes, and never when an unrelated key does.
+import json
+
+from snakemake.utils import validate
+
+
+validate(config, schema="../schemas/config.schema.yaml")
+
+TARGETS = list(config["targets"])
+DOMAINS = list(config["domains"])
+PY = "python -m floorgap"
+LOGS = "results/logs"
+
+
+wildcard_constraints:
+    target="|".join(map(str, TARGETS)) or "NONE",
+    domain="|".join(DOMAINS) or "NONE",
+
+
+def as_json(obj):
+    """A spec as compact, key-sorted JSON (stable across runs, so params compare equal)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def target_spec(target):
+    return {"name": target, **config["targets"][target]}
+
+
+def domain_spec(domain):
+    return {"name": domain, **config["domains"][domain]}
+
+
+def corpus_spec(wildcards):
+    return as_json(
+        {
+            "target": target_spec(wildcards.target),
+            "domain": domain_spec(wildcards.domain),
+            "corpus": config["corpus"],
+            "law": config["evaluation_law"],
+            "seed": config["seed"],
+        }
+    )
+
+
+def anchors_spec(wildcards):
+    return as_json(
+        {"domain": wildcards.domain, "anchors": config["anchors"], "seed": config["seed"]}
+    )
+
+
+def model_dir(target):
+    return f"results/models/{target}"
+
+
+def target_records(target):
+    """Every record file of one target that the manifest covers."""
+    return [
+        f"results/{target}/{kind}/{domain}.parquet"
+        for kind in ("corpus", "anchors")
+        for domain in DOMAINS
+    ]
+
+
+def final_outputs():
+    """What `rule all` builds: one manifest per target (later stages add figures, paper)."""
+    return [f"results/{target}/manifest.json" for target in TARGETS]
+
+
+rule manifest:
+    """Row counts and SHA-256 of every record file of one target."""
+    input:
+        lambda w: target_records(w.target),
+    output:
+        "results/{target}/manifest.json",
+    log:
+        f"{LOGS}/manifest/{{target}}.log",
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    conda:
+        "../../envs/floorgap.yaml"
+    shell:
+        "{PY}.manifest --out {output} {input} > {log} 2>&1"

@@ -1,0 +1,18 @@
+rule corpus:
+    """Prompts of one domain and the target's responses under the evaluation law."""
+    input:
+        model=lambda w: model_dir(w.target),
+    output:
+        "results/{target}/corpus/{domain}.parquet",
+    params:
+        spec=corpus_spec,
+    log:
+        f"{LOGS}/corpus/{{target}}/{{domain}}.log",
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    conda:
+        "../../envs/floorgap.yaml"
+    shell:
+        "{PY}.corpus --spec {params.spec:q} --model-dir {input.model} --out {output} --log {log}"
