@@ -1,0 +1,294 @@
+"""Anchor aggregation and the prompt-cluster percentile bootstrap (paper App. B.2).
+
+Anchor-level values y_i are combined with Hajek weights 1/pi_i, where pi_i is the anchor's
+inclusion probability:
+
+    y_bar = sum_i y_i / pi_i  /  sum_i 1 / pi_i.
+
+Every reported quantity that is a ratio (G/R, shares of the floor removed, R^serve, rho_{k,m})
+is a ratio of two Hajek-weighted population sums, sum_i num_i / pi_i over sum_i den_i / pi_i;
+the Hajek mean is the special case den_i = 1.
+
+Uncertainty comes from resampling *prompts* with replacement: all anchors of a drawn prompt
+move together, which keeps the dependence among anchors of one prompt.  A replicate is fully
+described by how often each prompt was drawn, so B replicates are one (B x n_prompts) count
+matrix C, and the replicate sums of any statistic are C @ (per-prompt sums).  Numerator and
+denominator of a ratio are resampled with the same counts, and any two statistics computed
+with the same seed share their replicates, so paired contrasts (R - T, R^serve - R) are
+formed replicate by replicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "BootstrapResult",
+    "ClusterResample",
+    "bootstrap_transform",
+    "cluster_index",
+    "cluster_resample",
+    "cluster_sums",
+    "hajek_mean",
+    "paired_difference",
+    "percentile_interval",
+    "prompt_bootstrap",
+    "weighted_ratio",
+]
+
+DEFAULT_N_BOOT = 10_000
+DEFAULT_BOOT_SEED = 20260818
+
+
+def _as_2d(x: Tensor) -> tuple[Tensor, tuple[int, ...]]:
+    """View anchors x statistics; remember the trailing statistic shape."""
+    trailing = tuple(x.shape[1:])
+    return x.reshape(x.shape[0], -1), trailing
+
+
+def _inverse_pi(pi: Tensor | None, n: int, like: Tensor) -> Tensor:
+    if pi is None:
+        return torch.ones(n, dtype=like.dtype, device=like.device)
+    pi = torch.as_tensor(pi, dtype=like.dtype, device=like.device)
+    if pi.shape != (n,):
+        raise ValueError(f"pi must have shape ({n},), got {tuple(pi.shape)}")
+    if not bool(torch.all(pi > 0)):
+        raise ValueError("inclusion probabilities must be positive")
+    return 1.0 / pi
+
+
+def hajek_mean(y: Tensor, pi: Tensor | None = None) -> Tensor:
+    """Hajek mean over anchors (paper B.2): sum_i y_i/pi_i / sum_i 1/pi_i.
+
+    ``y`` has anchors on dim 0 and any number of statistic dims after it; ``pi`` has shape
+    (n_anchors,).  ``pi=None`` means equal inclusion probabilities (the plain mean).
+    """
+    w = _inverse_pi(pi, y.shape[0], y)
+    w = w.reshape((-1,) + (1,) * (y.dim() - 1))
+    return (y * w).sum(0) / w.sum(0)
+
+
+def weighted_ratio(num: Tensor, den: Tensor, pi: Tensor | None = None) -> Tensor:
+    """Ratio of Hajek-weighted population sums: sum_i num_i/pi_i / sum_i den_i/pi_i.
+
+    Used for G/R, shares of the floor removed, R^serve_k (num = E[W_{k-1} TV_k],
+    den = E[W_{k-1}] per anchor) and rho_{k,m} (paper eq. for rho-hat in B.2).
+    ``den`` broadcasts against ``num``.
+    """
+    den = torch.broadcast_to(den, num.shape)
+    w = _inverse_pi(pi, num.shape[0], num)
+    w = w.reshape((-1,) + (1,) * (num.dim() - 1))
+    return (num * w).sum(0) / (den * w).sum(0)
+
+
+def cluster_index(clusters: Tensor | Sequence[Hashable]) -> tuple[Tensor, int]:
+    """Map arbitrary prompt ids (ints or hashables such as strings) to 0..n_prompts-1.
+
+    The map depends only on the set of ids (sorted for tensors, first appearance is not
+    used), so permuting anchors leaves every prompt's column unchanged.
+    """
+    if isinstance(clusters, Tensor):
+        uniq, inv = torch.unique(clusters.reshape(-1), sorted=True, return_inverse=True)
+        return inv.to(torch.long), int(uniq.numel())
+    ids = list(clusters)
+    try:
+        order = sorted(set(ids))
+    except TypeError:  # mixed, unorderable ids: fall back to their string form
+        order = sorted(set(ids), key=repr)
+    pos = {c: j for j, c in enumerate(order)}
+    return torch.tensor([pos[c] for c in ids], dtype=torch.long), len(order)
+
+
+def cluster_sums(x: Tensor, index: Tensor, n_clusters: int) -> Tensor:
+    """Per-cluster sums of the rows of ``x`` (anchors x statistics) -> (n_clusters x ...)."""
+    out = torch.zeros((n_clusters,) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
+    return out.index_add_(0, index.to(x.device), x)
+
+
+@dataclass(frozen=True)
+class ClusterResample:
+    """B prompt-bootstrap replicates as a count matrix.
+
+    counts[b, j] is how many times prompt j was drawn in replicate b (each row sums to
+    n_prompts); index[i] is the prompt column of anchor i.
+    """
+
+    counts: Tensor
+    index: Tensor
+    n_clusters: int
+    seed: int
+
+    @property
+    def n_boot(self) -> int:
+        return int(self.counts.shape[0])
+
+
+def cluster_resample(
+    clusters: Tensor | Sequence[Hashable],
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = DEFAULT_BOOT_SEED,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> ClusterResample:
+    """Draw the prompt-resampling count matrix (B x n_prompts) for the percentile bootstrap.
+
+    Each replicate draws n_prompts prompts uniformly with replacement.  The draws come from a
+    CPU ``torch.Generator`` seeded with ``seed`` so the replicates are identical on every
+    device; two calls with the same clusters, B and seed give the same replicates, which is
+    what makes contrasts between separately computed statistics paired.
+    """
+    index, n_clusters = cluster_index(clusters)
+    if n_clusters == 0:
+        raise ValueError("no prompts to resample")
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(int(seed))
+    draws = torch.randint(0, n_clusters, (n_boot, n_clusters), generator=gen)
+    counts = torch.zeros((n_boot, n_clusters), dtype=torch.int32)
+    counts.scatter_add_(1, draws, torch.ones_like(draws, dtype=torch.int32))
+    counts = counts.to(dtype=dtype, device=device)
+    return ClusterResample(counts=counts, index=index.to(device), n_clusters=n_clusters, seed=int(seed))
+
+
+def percentile_interval(replicates: Tensor, level: float = 0.95) -> tuple[Tensor, Tensor]:
+    """Equal-tailed percentile interval over dim 0 of ``replicates``.
+
+    Linear interpolation between order statistics (numpy's default "linear" method); a
+    95% level gives the 2.5th and 97.5th percentiles.  Written with a sort rather than
+    torch.quantile, which refuses large inputs.
+    """
+    if not 0.0 < level < 1.0:
+        raise ValueError("level must lie in (0, 1)")
+    b = replicates.shape[0]
+    srt = torch.sort(replicates, dim=0).values
+    alpha = (1.0 - level) / 2.0
+
+    def at(q: float) -> Tensor:
+        h = (b - 1) * q
+        lo = int(h // 1)
+        hi = min(lo + 1, b - 1)
+        frac = h - lo
+        return srt[lo] + (srt[hi] - srt[lo]) * frac
+
+    return at(alpha), at(1.0 - alpha)
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    """Point estimate with its prompt-bootstrap percentile interval.
+
+    ``estimate``, ``lower`` and ``upper`` have the trailing shape of the statistic;
+    ``replicates`` (B x ...) is kept when asked for, for paired contrasts and transforms.
+    ``seed``/``n_boot``/``n_clusters`` identify the resample so pairing can be checked.
+    """
+
+    estimate: Tensor
+    lower: Tensor
+    upper: Tensor
+    level: float
+    replicates: Tensor | None = None
+    seed: int | None = None
+    n_boot: int | None = None
+    n_clusters: int | None = None
+
+    def __iter__(self):  # allows ``est, lo, hi = result``
+        return iter((self.estimate, self.lower, self.upper))
+
+
+def prompt_bootstrap(
+    num: Tensor,
+    clusters: Tensor | Sequence[Hashable],
+    pi: Tensor | None = None,
+    den: Tensor | None = None,
+    *,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = DEFAULT_BOOT_SEED,
+    level: float = 0.95,
+    return_replicates: bool = False,
+    resample: ClusterResample | None = None,
+) -> BootstrapResult:
+    """Prompt-cluster percentile bootstrap of Hajek means or Hajek ratios (paper B.2).
+
+    Statistic: sum_i num_i/pi_i / sum_i den_i/pi_i for every column of ``num``
+    (anchors x statistic dims, e.g. anchors x slots); ``den=None`` gives the Hajek mean.
+    ``den`` broadcasts against ``num`` (e.g. one denominator column per slot).
+
+    All B replicates come from one product counts (B x P) @ per-prompt sums (P x S), once
+    for the numerator and once for the denominator, so a ratio is the ratio of replicate sums.
+    Pass ``resample`` to reuse a count matrix across calls (same result as the same seed).
+    """
+    if num.dim() == 0:
+        raise ValueError("num needs an anchor dimension")
+    n = num.shape[0]
+    x, trailing = _as_2d(num)
+    w = _inverse_pi(pi, n, x).unsqueeze(1)
+    if den is None:
+        d = torch.ones_like(x[:, :1])
+    else:
+        d = torch.broadcast_to(torch.as_tensor(den, dtype=x.dtype, device=x.device), num.shape)
+        d = d.reshape(n, -1)
+    if resample is None:
+        resample = cluster_resample(clusters, n_boot, seed, dtype=x.dtype, device=x.device)
+    elif resample.index.shape[0] != n:
+        raise ValueError("resample was drawn for a different number of anchors")
+    idx = resample.index.to(x.device)
+    counts = resample.counts.to(dtype=x.dtype, device=x.device)
+    num_sums = cluster_sums(x * w, idx, resample.n_clusters)
+    den_sums = cluster_sums(d * w, idx, resample.n_clusters)
+    estimate = num_sums.sum(0) / den_sums.sum(0)
+    reps = (counts @ num_sums) / (counts @ den_sums)
+    lo, hi = percentile_interval(reps, level)
+    shape = trailing
+    return BootstrapResult(
+        estimate=estimate.reshape(shape),
+        lower=lo.reshape(shape),
+        upper=hi.reshape(shape),
+        level=level,
+        replicates=reps.reshape((reps.shape[0],) + shape) if return_replicates else None,
+        seed=resample.seed,
+        n_boot=resample.n_boot,
+        n_clusters=resample.n_clusters,
+    )
+
+
+def bootstrap_transform(
+    fn: Callable[..., Tensor], *results: BootstrapResult, level: float | None = None
+) -> BootstrapResult:
+    """Apply ``fn`` to point estimates and, replicate by replicate, to replicates.
+
+    For smooth functions of several bootstrapped statistics that are not a single ratio,
+    e.g. D_k = S_k / prod_{i<=k} E[a_i] or tau = 1 + sum_k S_k.  All inputs must carry
+    replicates from the same resample (same seed, B and prompts), so the result is paired.
+    ``fn`` must act on the trailing statistic dims and broadcast over a leading replicate dim.
+    """
+    if not results:
+        raise ValueError("need at least one result")
+    first = results[0]
+    for r in results:
+        if r.replicates is None:
+            raise ValueError("bootstrap_transform needs results computed with return_replicates=True")
+        if (r.seed, r.n_boot, r.n_clusters) != (first.seed, first.n_boot, first.n_clusters):
+            raise ValueError("results come from different resamples; contrasts would not be paired")
+    lvl = first.level if level is None else level
+    est = fn(*(r.estimate.unsqueeze(0) for r in results)).squeeze(0)
+    reps = fn(*(r.replicates for r in results))
+    lo, hi = percentile_interval(reps, lvl)
+    return BootstrapResult(
+        estimate=est,
+        lower=lo,
+        upper=hi,
+        level=lvl,
+        replicates=reps,
+        seed=first.seed,
+        n_boot=first.n_boot,
+        n_clusters=first.n_clusters,
+    )
+
+
+def paired_difference(a: BootstrapResult, b: BootstrapResult, level: float | None = None) -> BootstrapResult:
+    """a - b with the interval from replicate-wise differences (e.g. R^serve - R, R - T)."""
+    return bootstrap_transform(torch.sub, a, b, level=level)
