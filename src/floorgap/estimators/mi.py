@@ -1,0 +1,238 @@
+"""Mutual-information recovery rho_{k,m} (paper Sec. 3.2, App. A.3, B.2, C.5, D.3).
+
+For a realised target block Z at anchor X and slot k, three log-losses of the scored token Z_k:
+
+    C_{k,k} = -log p(Z_k | X, Z_<k)                        teacher forced on the realised path
+    C_{k,0} = -log Pr(Z_k | X)        ~ -log sum_s w_s p(Z_k | X, S_s) / sum_s w_s
+    C_{k,m} = -log Pr(Z_k | X, Z_{k-m..k-1})
+            ~ -log sum_s w_s r_s p(Z_k | X, S_s[:k-m], Z_{k-m..k-1}) / sum_s w_s r_s
+
+where S_s are prefixes of length k drawn from the target independently of the realised path
+(w_s = 1), and r_s = p(Z_{k-m..k-1} | X, S_s[:k-m]) re-weights the truncated prefix by the
+probability of the m revealed tokens (self-normalised importance sampling).  In expectation
+over the realised path, C_{k,0} - C_{k,k} is I(Z_k; Z_<k | X) and C_{k,0} - C_{k,m} is
+I(Z_k; Z_{k-m..k-1} | X), so
+
+    rho_{k,m} = sum_i n_{i,k,m} / pi_i  /  sum_i d_{i,k} / pi_i,
+    n_{i,k,m} = C_{k,0} - C_{k,m},   d_{i,k} = C_{k,0} - C_{k,k}                 (B.2)
+
+per slot, and pooled over slots by summing numerators and denominators over the cells used.
+Everything is computed from log-probabilities with logsumexp.  The probe that runs the model
+supplies these arrays; this module does no model work.
+
+Shapes (leading batch dims ``...`` are free, e.g. anchors x slots):
+    logp_teacher  (...)        log p(Z_k | X, Z_<k)
+    logp_blind    (..., S)     log p(Z_k | X, S_s) for S sampled full-length prefixes
+    logp_cond     (..., S, J)  log p(Z_k | X, S_s[:k-m_j], Z_{k-m_j..k-1}) for J orders m_j
+    logw_reveal   (..., S, J)  log p(Z_{k-m_j..k-1} | X, S_s[:k-m_j])
+    logw_prefix   (..., S) or (..., S, J), optional: log weights of the prefixes themselves
+                  (zero for draws from the target; log mu(s) when prefixes are enumerated;
+                  -inf pads unequal prefix counts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .aggregate import DEFAULT_BOOT_SEED, DEFAULT_N_BOOT, BootstrapResult, prompt_bootstrap
+
+__all__ = [
+    "MICellLosses",
+    "RecoveryBootstrap",
+    "RecoveryEstimate",
+    "ess_gate_sensitivity",
+    "kish_ess",
+    "log_mixture",
+    "mi_cell_losses",
+    "recovery_bootstrap",
+    "recovery_fraction",
+    "recovery_terms",
+    "screen_anchors",
+]
+
+SCREEN_THRESHOLD_NATS = 0.05
+
+
+def log_mixture(logp: Tensor, logw: Tensor | None = None, dim: int = -1) -> Tensor:
+    """log( sum_s w_s p_s / sum_s w_s ) from log p_s and log w_s (uniform w by default).
+
+    Stable for arbitrarily small probabilities: both sums go through logsumexp.
+    """
+    if logw is None:
+        n = logp.shape[dim]
+        return torch.logsumexp(logp, dim=dim) - torch.log(torch.tensor(float(n), dtype=logp.dtype, device=logp.device))
+    logw = torch.broadcast_to(logw, logp.shape)
+    return torch.logsumexp(logw + logp, dim=dim) - torch.logsumexp(logw, dim=dim)
+
+
+def kish_ess(logw: Tensor, dim: int = -1) -> Tensor:
+    """Kish effective sample size (sum w)^2 / sum w^2 of weights given as logs."""
+    return torch.exp(2.0 * torch.logsumexp(logw, dim=dim) - torch.logsumexp(2.0 * logw, dim=dim))
+
+
+@dataclass(frozen=True)
+class MICellLosses:
+    """Per-cell log-losses (nats): c_kk (...), c_k0 (...), c_km (..., J) and the Kish ESS
+    (..., J) of the self-normalised weights behind each c_km."""
+
+    c_kk: Tensor
+    c_k0: Tensor
+    c_km: Tensor
+    ess: Tensor
+
+
+def mi_cell_losses(
+    logp_teacher: Tensor,
+    logp_blind: Tensor,
+    logp_cond: Tensor,
+    logw_reveal: Tensor,
+    logw_prefix: Tensor | None = None,
+) -> MICellLosses:
+    """C_{k,k}, C_{k,0} and C_{k,m} with the ESS of the reveal weights (App. A.3, D.3).
+
+    See the module docstring for shapes.  ``logw_prefix`` of shape (..., S) weights the blind
+    mixture and every conditioned mixture; of shape (..., S, J) it weights only the
+    conditioned ones (the blind mixture is then uniform), which lets enumerated prefix sets
+    differ by order.
+    """
+    if logp_cond.shape != logw_reveal.shape:
+        raise ValueError("logp_cond and logw_reveal must both be (..., S, J)")
+    if logw_prefix is None:
+        lw_blind = None
+        lw_cond = logw_reveal
+    elif logw_prefix.dim() == logp_blind.dim():
+        lw_blind = logw_prefix
+        lw_cond = logw_reveal + logw_prefix.unsqueeze(-1)
+    else:
+        lw_blind = None
+        lw_cond = logw_reveal + logw_prefix
+    c_kk = -logp_teacher
+    c_k0 = -log_mixture(logp_blind, lw_blind, dim=-1)
+    c_km = -log_mixture(logp_cond, lw_cond, dim=-2)
+    return MICellLosses(c_kk=c_kk, c_k0=c_k0, c_km=c_km, ess=kish_ess(lw_cond, dim=-2))
+
+
+def recovery_terms(losses: MICellLosses) -> tuple[Tensor, Tensor]:
+    """(n, d): n_{i,k,m} = C_{k,0} - C_{k,m} (..., J) and d_{i,k} = C_{k,0} - C_{k,k} (...)."""
+    return losses.c_k0.unsqueeze(-1) - losses.c_km, losses.c_k0 - losses.c_kk
+
+
+def screen_anchors(values: Tensor, threshold: float = SCREEN_THRESHOLD_NATS) -> Tensor:
+    """Screen of B.2: keep anchors whose final-slot missing information exceeds ``threshold``.
+
+    ``values`` are the final-slot d estimates from an independent screening pass; the
+    recovery measurement itself re-estimates d from fresh paths.
+    """
+    return values > threshold
+
+
+def _cell_mask(n: Tensor, mask: Tensor | None) -> Tensor:
+    m = torch.ones(n.shape, dtype=torch.bool, device=n.device) if mask is None else torch.broadcast_to(mask, n.shape)
+    # a cell with non-finite losses cannot enter a sum; callers see it in the cell counts
+    return m & torch.isfinite(n)
+
+
+@dataclass(frozen=True)
+class RecoveryEstimate:
+    """rho_{k,m} per slot (K, J), pooled over slots (J,), and the number of cells in each."""
+
+    per_slot: Tensor
+    pooled: Tensor
+    n_cells: Tensor
+    n_cells_pooled: Tensor
+
+
+def _num_den(n: Tensor, d: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    if n.dim() != 3 or d.shape != n.shape[:2]:
+        raise ValueError("n must be (anchors, slots, orders) and d (anchors, slots)")
+    m = _cell_mask(n, mask) & torch.isfinite(d).unsqueeze(-1)
+    mf = m.to(n.dtype)
+    num = torch.where(m, n, torch.zeros_like(n))
+    den = torch.where(m, d.unsqueeze(-1).expand_as(n), torch.zeros_like(n))
+    return num, den, mf
+
+
+def recovery_fraction(n: Tensor, d: Tensor, pi: Tensor | None = None, mask: Tensor | None = None) -> RecoveryEstimate:
+    """rho_{k,m} = sum_i n_{i,k,m}/pi_i / sum_i d_{i,k}/pi_i over the cells in ``mask`` (B.2).
+
+    ``n`` (A, K, J), ``d`` (A, K), ``pi`` (A,), ``mask`` (A, K, J) bool: which anchor-slot-order
+    cells enter (e.g. m < k and an ESS gate).  A dropped cell leaves both sums for that order.
+    Slots with no cells give NaN.
+    """
+    num, den, mf = _num_den(n, d, mask)
+    w = torch.ones(n.shape[0], dtype=n.dtype, device=n.device) if pi is None else 1.0 / pi.to(n.dtype)
+    w = w.view(-1, 1, 1)
+    sn, sd = (num * w).sum(0), (den * w).sum(0)
+    return RecoveryEstimate(
+        per_slot=sn / sd,
+        pooled=sn.sum(0) / sd.sum(0),
+        n_cells=mf.sum(0),
+        n_cells_pooled=mf.sum((0, 1)),
+    )
+
+
+@dataclass(frozen=True)
+class RecoveryBootstrap:
+    """Prompt-bootstrap results for rho per slot (K, J) and pooled over slots (J,)."""
+
+    per_slot: BootstrapResult
+    pooled: BootstrapResult
+
+
+def recovery_bootstrap(
+    n: Tensor,
+    d: Tensor,
+    clusters: Tensor | Sequence[Hashable],
+    pi: Tensor | None = None,
+    mask: Tensor | None = None,
+    *,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = DEFAULT_BOOT_SEED,
+    level: float = 0.95,
+    return_replicates: bool = False,
+) -> RecoveryBootstrap:
+    """Percentile intervals for rho_{k,m} as ratios of resampled sums (Table 4).
+
+    Per-slot and pooled statistics are resampled together in one call, so they are paired.
+    """
+    num, den, _ = _num_den(n, d, mask)
+    A, K, J = n.shape
+    num_cols = torch.cat([num.reshape(A, K * J), num.sum(1)], dim=1)
+    den_cols = torch.cat([den.reshape(A, K * J), den.sum(1)], dim=1)
+    res = prompt_bootstrap(num_cols, clusters, pi, den=den_cols, n_boot=n_boot, seed=seed, level=level,
+                           return_replicates=return_replicates)
+
+    def part(sl: slice, shape: tuple[int, ...]) -> BootstrapResult:
+        reps = None if res.replicates is None else res.replicates[:, sl].reshape((-1,) + shape)
+        return BootstrapResult(
+            estimate=res.estimate[sl].reshape(shape),
+            lower=res.lower[sl].reshape(shape),
+            upper=res.upper[sl].reshape(shape),
+            level=res.level,
+            replicates=reps,
+            seed=res.seed,
+            n_boot=res.n_boot,
+            n_clusters=res.n_clusters,
+        )
+
+    return RecoveryBootstrap(per_slot=part(slice(0, K * J), (K, J)), pooled=part(slice(K * J, K * J + J), (J,)))
+
+
+def ess_gate_sensitivity(
+    n: Tensor,
+    d: Tensor,
+    ess: Tensor,
+    thresholds: Sequence[float],
+    pi: Tensor | None = None,
+    mask: Tensor | None = None,
+) -> list[tuple[float, RecoveryEstimate]]:
+    """rho recomputed on the cells whose ESS >= each threshold (App. C.5, D.3).
+
+    ``ess`` is (A, K, J) like ``n``; a threshold of 0 keeps every cell in ``mask``.
+    """
+    base = _cell_mask(n, mask)
+    return [(float(t), recovery_fraction(n, d, pi, base & (ess >= t))) for t in thresholds]
