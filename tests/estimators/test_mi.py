@@ -8,7 +8,7 @@ import torch
 
 from floorgap.estimators.mi import (
     ess_gate_sensitivity,
-    kish_ess,
+    kish_ess_log,
     log_mixture,
     mi_cell_losses,
     recovery_bootstrap,
@@ -132,9 +132,9 @@ def test_logsumexp_stability_and_ess():
     assert abs(log_mixture(logp).item() - expect) < 1e-12
     logw = torch.tensor([-2000.0, -2000.0, -3000.0], dtype=D)
     assert abs(log_mixture(logp, logw).item() - (-1000.0 + math.log((1 + math.exp(-1)) / 2))) < 1e-12
-    torch.testing.assert_close(kish_ess(torch.zeros(8, dtype=D)), torch.tensor(8.0, dtype=D))
-    torch.testing.assert_close(kish_ess(torch.tensor([0.0, -800.0, -900.0], dtype=D)), torch.tensor(1.0, dtype=D))
-    torch.testing.assert_close(kish_ess(logw), torch.tensor(2.0, dtype=D))
+    torch.testing.assert_close(kish_ess_log(torch.zeros(8, dtype=D)), torch.tensor(8.0, dtype=D))
+    torch.testing.assert_close(kish_ess_log(torch.tensor([0.0, -800.0, -900.0], dtype=D)), torch.tensor(1.0, dtype=D))
+    torch.testing.assert_close(kish_ess_log(logw), torch.tensor(2.0, dtype=D))
 
 
 def test_cell_losses_shapes_and_identity():

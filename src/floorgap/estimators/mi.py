@@ -45,7 +45,7 @@ __all__ = [
     "RecoveryBootstrap",
     "RecoveryEstimate",
     "ess_gate_sensitivity",
-    "kish_ess",
+    "kish_ess_log",
     "log_mixture",
     "mi_cell_losses",
     "recovery_bootstrap",
@@ -69,7 +69,7 @@ def log_mixture(logp: Tensor, logw: Tensor | None = None, dim: int = -1) -> Tens
     return torch.logsumexp(logw + logp, dim=dim) - torch.logsumexp(logw, dim=dim)
 
 
-def kish_ess(logw: Tensor, dim: int = -1) -> Tensor:
+def kish_ess_log(logw: Tensor, dim: int = -1) -> Tensor:
     """Kish effective sample size (sum w)^2 / sum w^2 of weights given as logs."""
     return torch.exp(2.0 * torch.logsumexp(logw, dim=dim) - torch.logsumexp(2.0 * logw, dim=dim))
 
@@ -113,7 +113,7 @@ def mi_cell_losses(
     c_kk = -logp_teacher
     c_k0 = -log_mixture(logp_blind, lw_blind, dim=-1)
     c_km = -log_mixture(logp_cond, lw_cond, dim=-2)
-    return MICellLosses(c_kk=c_kk, c_k0=c_k0, c_km=c_km, ess=kish_ess(lw_cond, dim=-2))
+    return MICellLosses(c_kk=c_kk, c_k0=c_k0, c_km=c_km, ess=kish_ess_log(lw_cond, dim=-2))
 
 
 def recovery_terms(losses: MICellLosses) -> tuple[Tensor, Tensor]:
