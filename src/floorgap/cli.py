@@ -51,8 +51,24 @@ def stage_parser(prog: str, description: str, *, spec: bool = True) -> argparse.
                             help="JSON object with the stage's settings, or @file holding one")
     parser.add_argument("--log", type=Path, default=None,
                         help="log file (appended); messages also go to stderr")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (the rule's `threads`); default: torch's "
+                             "own choice, which honours OMP_NUM_THREADS")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
+
+
+def set_threads(threads: int | None) -> None:
+    """Limit torch to ``threads`` intra-op threads. On shared CPUs, more threads than the job
+    was given makes every thread spin-wait: on 2 busy cores a 135M model decoded ~10x slower
+    with 2 threads than with 1."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise StageError("--threads must be >= 1")
+    import torch
+
+    torch.set_num_threads(threads)
 
 
 def setup_logging(log_path: str | Path | None = None, *, verbose: bool = False) -> logging.Logger:
@@ -113,6 +129,7 @@ def run_stage(main: Callable[[argparse.Namespace, logging.Logger], Any],
     logger.info("%s: start", parser.prog)
     logger.debug("arguments: %s", vars(args))
     try:
+        set_threads(getattr(args, "threads", None))
         main(args, logger)
     except StageError as exc:
         logger.error("%s: %s", parser.prog, exc)

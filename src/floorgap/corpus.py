@@ -1,0 +1,44 @@
+"""``python -m floorgap.corpus --spec JSON --model-dir DIR --out CORPUS.parquet --log LOG``
+
+Generate the target's corpus for one domain: select prompts (seeded), sample one response per
+prompt under the evaluation law, and write them as a Parquet record (see floorgap.data.corpus).
+The spec holds ``target`` (a config target entry with its ``name``), ``domain`` (``name``,
+``prompts``, optional ``source`` / ``text_field``), ``corpus``, ``law`` and ``seed``. A censored
+share above ``corpus.censored_share_max`` fails the stage and writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from floorgap.cli import run_stage, stage_parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = stage_parser("floorgap.corpus", "Generate the target-sampled corpus of one domain.")
+    parser.add_argument("--model-dir", required=True, type=Path,
+                        help="materialised target folder (python -m floorgap.models)")
+    parser.add_argument("--out", required=True, type=Path, help="output Parquet file")
+    return parser
+
+
+def main(args: argparse.Namespace, logger: logging.Logger) -> None:
+    from floorgap.data.corpus import build_corpus
+    from floorgap.models.targets import load_target, read_model_info
+    from floorgap.records import write_table
+
+    spec = args.spec
+    target = spec["target"]
+    info = read_model_info(args.model_dir)
+    model, tokenizer = load_target(args.model_dir, target.get("dtype", "float32"),
+                                   target.get("device", "cpu"))
+    result = build_corpus(spec, model, tokenizer, info)
+    write_table(args.out, result.table, result.metadata)
+    logger.info("wrote %s (%d responses)", args.out, result.table.num_rows)
+
+
+if __name__ == "__main__":
+    sys.exit(run_stage(main, build_parser()))

@@ -1,0 +1,311 @@
+"""The target-generated corpus: one response per selected prompt under the evaluation law.
+
+Anchors (paper Sec. 2, App. B.2) lie on sequences the target itself generated, so the floors
+are measured at contexts the target visits. For each selected prompt the target samples one
+response under the evaluation law (temperature 1, no top-p / top-k truncation by default),
+with the chat template applied and thinking off.
+
+Randomness is keyed per prompt, never per batch: every prompt owns a CPU ``torch.Generator``
+seeded with its prompt seed, and at each decoding step the row draws exactly one uniform from
+it and takes the token at that quantile of the law (inverse CDF over the vocabulary, in float64).
+Batching (left padding, KV cache) therefore changes a response only through floating-point
+noise in the logits, and a sampled token flips only if a uniform falls within that noise of a
+CDF boundary. Generation reuses transformers' ``generate`` (greedy mode) with a logits processor
+that performs this draw and returns scores whose argmax is the drawn token.
+
+Responses include the EOS token that ended them (``response_token_ids[-1]`` is EOS unless the
+response is *censored*, i.e. hit ``max_new_tokens`` first); padding is never included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
+import torch
+
+from floorgap.cli import StageError, Timer, iter_batches, progress
+from floorgap.data.domains import Prompt, load_domain, select_prompts
+from floorgap.seeds import generator_for
+
+log = logging.getLogger("floorgap.corpus")
+
+
+# ---------------------------------------------------------------------------------------------
+# The sampling law
+
+
+@dataclass(frozen=True)
+class SamplingLaw:
+    """Temperature, nucleus (top-p) and top-k truncation; ``top_p=1`` and ``top_k=0`` disable."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError("temperature must be > 0")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+        if self.top_k < 0:
+            raise ValueError("top_k must be >= 0")
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> SamplingLaw:
+        return cls(float(spec.get("temperature", 1.0)), float(spec.get("top_p", 1.0)),
+                   int(spec.get("top_k", 0)))
+
+    @property
+    def is_plain(self) -> bool:
+        return self.top_p >= 1.0 and self.top_k == 0
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Next-token probabilities under the law, float64, along the last dimension.
+
+        Top-k keeps every token whose logit ties the k-th largest; top-p keeps the smallest
+        prefix of the descending order whose mass reaches ``top_p`` (the crossing token is
+        kept), so at least one token always survives.
+        """
+        z = logits.to(torch.float64) / self.temperature
+        if self.top_k and self.top_k < z.shape[-1]:
+            kth = torch.topk(z, self.top_k, dim=-1).values[..., -1:]
+            z = z.masked_fill(z < kth, -math.inf)
+        p = torch.softmax(z, dim=-1)
+        if self.top_p < 1.0:
+            sorted_p, order = torch.sort(p, dim=-1, descending=True)
+            before = torch.cumsum(sorted_p, dim=-1) - sorted_p  # mass strictly before each token
+            drop_sorted = before >= self.top_p
+            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+            p = p.masked_fill(drop, 0.0)
+            p = p / p.sum(dim=-1, keepdim=True)
+        return p
+
+
+def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Token at quantile ``uniforms`` (shape ``[B]``, in [0, 1)) of each row of ``probs``
+    (``[B, V]``): the first index whose cumulative mass exceeds ``u * total``. Zero-probability
+    tokens are never returned."""
+    cdf = torch.cumsum(probs.to(torch.float64), dim=-1)
+    target = (uniforms.to(cdf.device, torch.float64) * cdf[:, -1]).unsqueeze(-1)
+    idx = torch.searchsorted(cdf, target, right=True).squeeze(-1)
+    return idx.clamp_(max=probs.shape[-1] - 1)
+
+
+class PerRowLawSampler:
+    """A ``LogitsProcessor`` that samples each row from the law with the row's own generator.
+
+    It returns scores equal to ``-inf`` except 0 at the drawn token, so greedy decoding takes
+    the drawn token. The draws are kept (``self.draws``) to check that nothing else changed
+    the choice.
+    """
+
+    def __init__(self, law: SamplingLaw, generators: Sequence[torch.Generator]) -> None:
+        self.law = law
+        self.generators = list(generators)
+        self.draws: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if scores.shape[0] != len(self.generators):
+            raise RuntimeError("batch size changed during generation")
+        u = torch.stack([torch.rand((), generator=g, dtype=torch.float64)
+                         for g in self.generators])
+        tokens = inverse_cdf_sample(self.law.probs(scores), u)
+        self.draws.append(tokens.cpu())
+        out = torch.full_like(scores, -math.inf)
+        out.scatter_(1, tokens.unsqueeze(1).to(out.device), 0.0)
+        return out
+
+
+@contextlib.contextmanager
+def _clean_generation_config(model: Any, eos_ids: list[int], pad_id: int) -> Iterator[Any]:
+    """Swap in a generation config with no processors of its own (no repetition penalty, no
+    suppressed tokens, no minimum length inherited from a checkpoint's defaults)."""
+    from transformers import GenerationConfig
+
+    saved = model.generation_config
+    model.generation_config = GenerationConfig(eos_token_id=eos_ids, pad_token_id=pad_id,
+                                               bos_token_id=saved.bos_token_id)
+    try:
+        yield model.generation_config
+    finally:
+        model.generation_config = saved
+
+
+@dataclass
+class Response:
+    token_ids: list[int]
+    censored: bool
+
+
+def generate_batch(model: Any, prompt_ids: Sequence[Sequence[int]], seeds: Sequence[int], *,
+                   law: SamplingLaw, max_new_tokens: int, eos_ids: Sequence[int],
+                   pad_id: int) -> list[Response]:
+    """Sample one response per prompt (left-padded batch, KV cache, per-row generators)."""
+    device = next(model.parameters()).device
+    width = max(len(p) for p in prompt_ids)
+    ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
+    for i, p in enumerate(prompt_ids):
+        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p):] = 1
+    sampler = PerRowLawSampler(law, [generator_for(s) for s in seeds])
+    eos = [int(e) for e in eos_ids]
+    from transformers import LogitsProcessorList
+
+    with _clean_generation_config(model, eos, pad_id), torch.no_grad():
+        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                             do_sample=False, num_beams=1, max_new_tokens=max_new_tokens,
+                             use_cache=True, logits_processor=LogitsProcessorList([sampler]))
+    new = out[:, width:].cpu()
+    draws = torch.stack(sampler.draws, dim=1) if sampler.draws else new[:, :0]
+    eos_set = set(eos)
+    responses = []
+    for i in range(len(prompt_ids)):
+        row = new[i].tolist()
+        end = next((j for j, tok in enumerate(row) if tok in eos_set), None)
+        tokens = row if end is None else row[:end + 1]
+        if tokens != draws[i, :len(tokens)].tolist():
+            raise RuntimeError("generate changed a drawn token: a logits processor other than the "
+                               "law's sampler is active")
+        responses.append(Response(tokens, censored=end is None))
+    return responses
+
+
+# ---------------------------------------------------------------------------------------------
+# The corpus stage
+
+
+CORPUS_SCHEMA = pa.schema([
+    ("prompt_id", pa.string()),
+    ("domain", pa.string()),
+    ("stand_in_for", pa.string()),
+    ("selection_rank", pa.int32()),
+    ("source_id", pa.string()),
+    ("category", pa.string()),
+    ("prompt_text", pa.string()),
+    ("prompt_seed", pa.int64()),
+    ("prompt_token_ids", pa.list_(pa.int32())),
+    ("response_token_ids", pa.list_(pa.int32())),
+    ("n_prompt_tokens", pa.int32()),
+    ("n_response_tokens", pa.int32()),
+    ("censored", pa.bool_()),
+    ("response_text", pa.string()),
+])
+
+
+@dataclass
+class CorpusResult:
+    table: pa.Table
+    metadata: dict[str, Any]
+
+
+def build_corpus(spec: dict[str, Any], model: Any, tokenizer: Any,
+                 model_info: dict[str, Any] | None = None) -> CorpusResult:
+    """Select the domain's prompts and let the target answer each; no file is written here.
+
+    ``spec`` is the corpus stage spec (``target``, ``domain``, ``corpus``, ``law``, ``seed``).
+    Raises :class:`StageError` when the censored share exceeds ``censored_share_max``.
+    """
+    from floorgap.models.targets import chat_prompt_ids, eos_token_ids, special_token_ids
+
+    target, dom, cfg = spec["target"], spec["domain"], spec["corpus"]
+    seed = int(spec["seed"])
+    law = SamplingLaw.from_spec(spec.get("law", {}))
+    use_template = bool(target.get("chat_template", True))
+    thinking = bool(target.get("enable_thinking", False))
+    max_new = int(cfg["max_new_tokens"])
+    batch_size = int(cfg["batch_size"])
+
+    domain = load_domain(dom["name"], seed, source=dom.get("source"),
+                         text_field=dom.get("text_field"))
+    formatted: dict[str, list[int]] = {}
+
+    def count_tokens(p: Prompt) -> int:
+        formatted[p.prompt_id] = chat_prompt_ids(tokenizer, p.text, chat_template=use_template,
+                                                 enable_thinking=thinking)
+        return len(formatted[p.prompt_id])
+
+    selection = select_prompts(domain.prompts, int(dom["prompts"]), seed,
+                               count_tokens=count_tokens,
+                               max_prompt_tokens=int(cfg["max_prompt_tokens"]))
+    prompts = selection.selected
+    log.info("%s: selected %d of %d prompts (%d over %d tokens skipped)", domain.domain,
+             len(prompts), len(domain.prompts), len(selection.filtered_long),
+             cfg["max_prompt_tokens"])
+
+    eos_ids = eos_token_ids(tokenizer, getattr(model, "generation_config", None))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
+    # Batch prompts of similar length together (less padding); results do not depend on it.
+    order = sorted(range(len(prompts)), key=lambda i: (len(formatted[prompts[i].prompt_id]), i))
+    responses: dict[int, Response] = {}
+    batches = list(iter_batches(order, batch_size))
+    timings = []
+    with progress(total=len(prompts), desc=f"corpus {domain.domain}", unit="prompt") as bar:
+        for b, idx in enumerate(batches):
+            timer = Timer()
+            batch_ids = [formatted[prompts[i].prompt_id] for i in idx]
+            out = generate_batch(model, batch_ids, [prompts[i].seed for i in idx], law=law,
+                                 max_new_tokens=max_new, eos_ids=eos_ids, pad_id=pad_id)
+            responses.update(zip(idx, out))
+            n_new = sum(len(r.token_ids) for r in out)
+            timings.append(timer.seconds)
+            log.info("batch %d/%d: %d prompts, prompt tokens <= %d, %d new tokens, %d censored, "
+                     "%.1f s (%.1f tok/s)", b + 1, len(batches), len(idx),
+                     max(len(x) for x in batch_ids), n_new, sum(r.censored for r in out),
+                     timer.seconds, n_new / max(timer.seconds, 1e-9))
+            bar.update(len(idx))
+
+    n_censored = sum(r.censored for r in responses.values())
+    share = n_censored / len(prompts)
+    counts = {**selection.summary(), "censored": n_censored, "censored_share": share,
+              "response_tokens": sum(len(r.token_ids) for r in responses.values())}
+    log.info("%s: generation took %.1f s in %d batches", domain.domain, sum(timings), len(batches))
+    log.info("%s: %d of %d responses censored at %d tokens (share %.3f, gate %.3f)",
+             domain.domain, n_censored, len(prompts), max_new, share, cfg["censored_share_max"])
+    if share > float(cfg["censored_share_max"]):
+        raise StageError(f"{domain.domain}: {n_censored} of {len(prompts)} responses hit "
+                         f"max_new_tokens={max_new} without EOS (share {share:.3f} > "
+                         f"censored_share_max {cfg['censored_share_max']}); raise "
+                         f"corpus.max_new_tokens or the gate")
+
+    rows = []
+    for rank, p in enumerate(prompts):
+        r = responses[rank]
+        rows.append({
+            "prompt_id": p.prompt_id, "domain": p.domain, "stand_in_for": p.stand_in_for,
+            "selection_rank": rank, "source_id": p.source_id, "category": p.category,
+            "prompt_text": p.text, "prompt_seed": p.seed,
+            "prompt_token_ids": formatted[p.prompt_id], "response_token_ids": r.token_ids,
+            "n_prompt_tokens": len(formatted[p.prompt_id]), "n_response_tokens": len(r.token_ids),
+            "censored": r.censored,
+            "response_text": tokenizer.decode(r.token_ids, skip_special_tokens=False),
+        })
+    table = pa.Table.from_pylist(rows, schema=CORPUS_SCHEMA)
+    info = model_info or {}
+    metadata = {
+        "stage": "corpus",
+        "domain": domain.domain,
+        "stand_in_for": domain.stand_in_for,
+        "provenance": domain.provenance,
+        "target": {"name": target.get("name"), "dtype": target.get("dtype"),
+                   "device": target.get("device"), "chat_template": use_template,
+                   "enable_thinking": thinking,
+                   "model": {k: info.get(k) for k in ("source_kind", "source", "architecture",
+                                                      "parameters", "vocab_size", "dtype")}},
+        "law": asdict(law),
+        "corpus": dict(cfg),
+        "seed": seed,
+        "special_token_ids": special_token_ids(tokenizer),
+        "all_special_ids": sorted(int(i) for i in tokenizer.all_special_ids),
+        "eos_token_ids": eos_ids,
+        "pad_token_id": pad_id,
+        "eos_in_response": True,
+        "counts": counts,
+    }
+    return CorpusResult(table, metadata)
