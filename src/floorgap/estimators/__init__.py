@@ -3,6 +3,45 @@
 Each function names the paper quantity it computes; the paper's symbol is in its docstring.
 """
 
+# barycentre, floors, truncation, effective support, K-median
+from .barycentre import (  # noqa: E402
+    Barycentre,
+    normalise_weights,
+    tv_barycentre,
+    tv_barycentre_lp,
+    tv_distance,
+)
+from .floors import (  # noqa: E402
+    ReweightedFloor,
+    SplitFloor,
+    alternating_split,
+    floor_by_slot,
+    floor_order0,
+    floor_order0_split,
+    floor_order1_by_slot,
+    floor_order1_plugin,
+    floor_order1_reweighted,
+    floor_order1_split,
+    floor_orderm_plugin,
+    floor_orderm_split,
+    group_ids,
+    kish_ess,
+    reveal_weights,
+)
+from .kmedian import KMedian, tv_kmedian, tv_kmedian_objective  # noqa: E402
+from .support import (  # noqa: E402
+    EffectiveSupport,
+    effective_support,
+    effective_support_by_depth,
+)
+from .truncation import (  # noqa: E402
+    TopK,
+    TruncatedFloor,
+    renormalised_dense,
+    topk_sparse,
+    truncated_floor,
+)
+
 # aggregation, risks, serving reweighting, best response, MI recovery
 from .aggregate import (  # noqa: E402
     BootstrapResult,

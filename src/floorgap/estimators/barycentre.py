@@ -159,12 +159,13 @@ def _weighted_barycentre(P: torch.Tensor, w: torch.Tensor) -> Barycentre:
 
 
 def tv_barycentre_lp(P: torch.Tensor, weights: torch.Tensor | None = None,
-                     tol: float = 1e-10) -> Barycentre:
+                     tol: float = 1e-10, method: str = "highs") -> Barycentre:
     """Reference solver: the same barycentre as a linear programme solved by HiGHS (scipy).
 
     min 1/2 sum_{r,v} w~_r t_{r,v}  s.t.  t_{r,v} >= p_r(v) - q(v),  t_{r,v} >= q(v) - p_r(v),
     sum_v q(v) = 1,  q >= 0.  For checks and benchmarks only (a single ``[M, V]`` family);
-    computed in float64 on the CPU.
+    computed in float64 on the CPU. ``method`` is a scipy HiGHS method ("highs", "highs-ipm",
+    "highs-ds"); ``tol`` sets the primal and dual feasibility tolerances.
     """
     import numpy as np
     import scipy.sparse as sp
@@ -188,7 +189,7 @@ def tv_barycentre_lp(P: torch.Tensor, weights: torch.Tensor | None = None,
     b_ub = np.concatenate([-Pn.ravel(), Pn.ravel()])
     A_eq = sp.csr_matrix(np.concatenate([np.ones(V), np.zeros(n_t)])[None, :])
     res = linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=[1.0], bounds=(0, None),
-                  method="highs",
+                  method=method,
                   options={"primal_feasibility_tolerance": tol,
                            "dual_feasibility_tolerance": tol})
     if res.status != 0:
