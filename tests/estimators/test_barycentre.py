@@ -102,6 +102,23 @@ def test_weighted_point_masses() -> None:
     assert abs(float(value) - 0.5) <= 1e-15
 
 
+def test_zero_weight_rows_are_ignored() -> None:
+    P = dirichlet(9, 14, 0.3, 21)
+    w = torch.tensor([1.0, 0.0, 2.0, 0.5, 0.0, 0.0, 3.0, 1.5, 0.0], dtype=F64)
+    keep = w > 0
+    v_all = float(tv_barycentre(P, w).value)
+    v_kept = float(tv_barycentre(P[keep], w[keep]).value)
+    assert v_all == pytest.approx(v_kept, abs=1e-14)
+
+
+def test_weighted_float32() -> None:
+    P = dirichlet(12, 30, 0.3, 22)
+    w = torch.rand(12, dtype=F64, generator=torch.Generator().manual_seed(1))
+    q32, v32 = tv_barycentre(P.float(), w.float())
+    assert abs(float(v32) - float(tv_barycentre(P, w).value)) < 1e-5
+    assert abs(float(q32.sum()) - 1) < 1e-5 and bool((q32 >= 0).all())
+
+
 def test_identical_rows_give_exact_zero() -> None:
     row = dirichlet(1, 50, 0.3, 9)
     P = row.expand(6, 50).clone()

@@ -145,15 +145,15 @@ def _weighted_barycentre(P: torch.Tensor, w: torch.Tensor) -> Barycentre:
     # Crossing level t: the first breakpoint at which the quantile mass reaches one.
     i = (cum < 1).sum(-1, keepdim=True).clamp(max=Lf.shape[-1] - 1)
     t = Ls.gather(-1, i).unsqueeze(-1)  # [..., 1, 1]
-    below = (L < t).to(P.dtype)
-    at = (L == t).to(P.dtype)
-    s_minus = s_base + (d * below).sum((-2, -1))
-    s_at = (d * at).sum((-2, -1))
+    zero = torch.zeros((), dtype=P.dtype, device=P.device)
+    d_below = torch.where(L < t, d, zero).sum(-2)  # [..., V]
+    d_at = torch.where(L == t, d, zero).sum(-2)
+    s_minus = s_base + d_below.sum(-1)
+    s_at = d_at.sum(-1)
     pos = s_at > 0
     theta = torch.where(pos, (1 - s_minus) / torch.where(pos, s_at, torch.ones_like(s_at)), 0.0)
     theta = theta.clamp(0.0, 1.0)
-    frac = below + theta[..., None, None] * at
-    q = base + (d * frac).sum(-2)
+    q = base + d_below + theta.unsqueeze(-1) * d_at
     value = (w * tv_distance(P, q.unsqueeze(-2))).sum(-1)
     return Barycentre(q, value)
 
