@@ -1,0 +1,231 @@
+"""Anchors: a stratified random sample of evaluation positions on the target's own responses.
+
+An anchor is a position ``t`` in a target-generated response; its context is
+``X = prompt tokens + response[:t]`` and the realised block is ``response[t : t + gamma]``.
+
+Eligibility. ``1 <= t`` and ``t + gamma <= n_response_tokens`` (the realised block lies inside
+the response), and no special token occurs in ``response[:t + gamma]``: neither in the
+response part of the context (so the committed token ``response[t-1]`` is ordinary text) nor in
+the block window. In particular the EOS that ends a response is never inside a block.
+
+Strata. Context-length bucket (upper edges from the config; the last bucket is open) x
+relative position third of ``t / n_response_tokens`` (early < 1/3 <= middle < 2/3 <= late).
+
+Allocation. ``per_domain`` anchors are split over the non-empty strata in proportion to their
+sizes ``N_s`` by largest remainders, with at least one anchor per non-empty stratum when
+``per_domain`` is at least the number of non-empty strata, and never more than ``N_s``. Within a
+stratum, ``n_s`` positions are drawn by simple random sampling without replacement with a
+generator seeded by ``derive_seed(seed, "anchors", domain, stratum)``; the inclusion
+probability is ``pi = n_s / N_s``. All later probes reuse these anchors (paired design).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import torch
+
+from floorgap.cli import StageError
+from floorgap.seeds import derive_seed, generator_for
+
+log = logging.getLogger("floorgap.anchors")
+
+THIRDS = ("early", "middle", "late")
+
+
+def eligible_positions(response: Sequence[int], gamma: int,
+                       special_ids: Iterable[int]) -> range:
+    """Positions ``t`` of ``response`` that may carry an anchor with block length ``gamma``."""
+    if gamma < 1:
+        raise ValueError("gamma must be >= 1")
+    special = set(special_ids)
+    clean = next((i for i, tok in enumerate(response) if tok in special), len(response))
+    return range(1, max(1, clean - gamma + 1))
+
+
+def bucket_labels(edges: Sequence[int]) -> list[str]:
+    """Labels of the context-length buckets for increasing upper ``edges``."""
+    labels, lo = [], 1
+    for hi in edges:
+        labels.append(f"{lo}-{hi}")
+        lo = hi + 1
+    labels.append(f"{lo}+")
+    return labels
+
+
+def bucket_index(context_len: int, edges: Sequence[int]) -> int:
+    """Index of the bucket holding ``context_len`` (bucket i covers (edges[i-1], edges[i]])."""
+    return bisect.bisect_left(edges, context_len)
+
+
+def third_of(t: int, n: int) -> str:
+    """Relative position of ``t`` in a response of ``n`` tokens: early, middle or late."""
+    if 3 * t < n:
+        return "early"
+    if 3 * t < 2 * n:
+        return "middle"
+    return "late"
+
+
+def allocate(sizes: Mapping[str, int], total: int) -> dict[str, int]:
+    """Split ``total`` draws over strata of the given sizes (see the module docstring).
+
+    Strata are visited in the mapping's order to break ties, so pass them sorted. When
+    ``total`` is at least the sum of the sizes every stratum is taken whole.
+    """
+    keys = [k for k, v in sizes.items() if v > 0]
+    n_pop = sum(sizes[k] for k in keys)
+    if total >= n_pop:
+        return {k: int(sizes[k]) for k in keys}
+    quota = {k: total * sizes[k] / n_pop for k in keys}
+    floor = 1 if total >= len(keys) else 0
+    alloc = {k: min(sizes[k], max(floor, math.floor(quota[k]))) for k in keys}
+    while sum(alloc.values()) < total:  # largest remainder first
+        k = max((k for k in keys if alloc[k] < sizes[k]), key=lambda k: quota[k] - alloc[k])
+        alloc[k] += 1
+    while sum(alloc.values()) > total:  # forced minima overshot: take from the most over-served
+        k = max((k for k in keys if alloc[k] > floor), key=lambda k: alloc[k] - quota[k])
+        alloc[k] -= 1
+    return alloc
+
+
+def optional_str(value: Any) -> str | None:
+    """A nullable string cell as read back by pandas (None, NaN or pd.NA mean missing)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return None
+    return str(value)
+
+
+ANCHOR_SCHEMA = pa.schema([
+    ("anchor_id", pa.string()),
+    ("prompt_id", pa.string()),
+    ("domain", pa.string()),
+    ("stand_in_for", pa.string()),
+    ("t", pa.int32()),
+    ("n_prompt_tokens", pa.int32()),
+    ("n_response_tokens", pa.int32()),
+    ("context_len", pa.int32()),
+    ("bucket", pa.string()),
+    ("third", pa.string()),
+    ("stratum", pa.string()),
+    ("N_s", pa.int64()),
+    ("n_s", pa.int64()),
+    ("pi", pa.float64()),
+    ("anchor_seed", pa.int64()),
+    ("committed_token", pa.int32()),
+    ("block_tokens", pa.list_(pa.int32())),
+    ("response_censored", pa.bool_()),
+])
+
+
+@dataclass
+class AnchorResult:
+    table: pa.Table
+    metadata: dict[str, Any]
+
+
+def sample_anchors(corpus: pd.DataFrame, *, domain: str, per_domain: int, gamma: int,
+                   context_buckets: Sequence[int], seed: int,
+                   special_ids: Iterable[int]) -> AnchorResult:
+    """Draw the stratified anchor sample of one domain from its corpus records."""
+    edges = [int(e) for e in context_buckets]
+    if edges != sorted(set(edges)):
+        raise StageError(f"context_buckets must be strictly increasing, got {edges}")
+    labels = bucket_labels(edges)
+    special = set(int(s) for s in special_ids)
+    candidates: dict[str, list[tuple[str, int]]] = {}
+    rows_by_prompt: dict[str, Any] = {}
+    n_with_eligible = 0
+    for row in corpus.itertuples(index=False):
+        response = [int(x) for x in row.response_token_ids]
+        n = len(response)
+        if n != int(row.n_response_tokens):
+            raise StageError(f"{row.prompt_id}: n_response_tokens disagrees with the token list")
+        rows_by_prompt[row.prompt_id] = (row, response)
+        positions = eligible_positions(response, gamma, special)
+        n_with_eligible += len(positions) > 0
+        for t in positions:
+            ctx = int(row.n_prompt_tokens) + t
+            b = bucket_index(ctx, edges)
+            key = f"{labels[b]}|{third_of(t, n)}"
+            candidates.setdefault(key, []).append((row.prompt_id, t))
+    order = {f"{lab}|{th}": (i, j) for i, lab in enumerate(labels) for j, th in enumerate(THIRDS)}
+    strata = sorted(candidates, key=order.__getitem__)
+    sizes = {s: len(candidates[s]) for s in strata}
+    total = sum(sizes.values())
+    if total == 0:
+        raise StageError(f"{domain}: no eligible anchor position (gamma={gamma}) in "
+                         f"{len(corpus)} responses")
+    alloc = allocate(sizes, per_domain)
+    shortfall = max(0, per_domain - total)
+    if shortfall:
+        log.warning("%s: only %d eligible positions for %d anchors: all are taken (pi = 1)",
+                    domain, total, per_domain)
+    empty_sampled = [s for s in strata if alloc.get(s, 0) == 0]
+    if empty_sampled:
+        log.warning("%s: %d non-empty strata receive no anchor (per_domain %d < %d strata)",
+                    domain, len(empty_sampled), per_domain, len(strata))
+
+    out = []
+    for s in strata:
+        n_s, big_n = alloc.get(s, 0), sizes[s]
+        if n_s == 0:
+            continue
+        pool = sorted(candidates[s])
+        gen = generator_for(derive_seed(seed, "anchors", domain, s))
+        picks = torch.randperm(big_n, generator=gen)[:n_s].tolist()
+        bucket, third = s.split("|")
+        for k in picks:
+            pid, t = pool[k]
+            row, response = rows_by_prompt[pid]
+            anchor_id = f"{pid}@{t}"
+            out.append({
+                "anchor_id": anchor_id, "prompt_id": pid, "domain": row.domain,
+                "stand_in_for": optional_str(row.stand_in_for), "t": t,
+                "n_prompt_tokens": int(row.n_prompt_tokens), "n_response_tokens": len(response),
+                "context_len": int(row.n_prompt_tokens) + t, "bucket": bucket, "third": third,
+                "stratum": s, "N_s": big_n, "n_s": n_s, "pi": n_s / big_n,
+                "anchor_seed": derive_seed(seed, "anchor", anchor_id),
+                "committed_token": response[t - 1], "block_tokens": response[t:t + gamma],
+                "response_censored": bool(row.censored),
+            })
+    out.sort(key=lambda a: (a["prompt_id"], a["t"]))
+    table = pa.Table.from_pylist(out, schema=ANCHOR_SCHEMA)
+    metadata = {
+        "stage": "anchors",
+        "domain": domain,
+        "gamma": gamma,
+        "per_domain": per_domain,
+        "context_buckets": edges,
+        "bucket_labels": labels,
+        "seed": seed,
+        "special_token_ids": sorted(special),
+        "strata": [{"stratum": s, "N_s": sizes[s], "n_s": alloc.get(s, 0),
+                    "pi": alloc.get(s, 0) / sizes[s]} for s in strata],
+        "counts": {"responses": len(corpus), "responses_with_eligible": n_with_eligible,
+                   "eligible": total, "anchors": len(out), "prompts": len({a["prompt_id"]
+                                                                          for a in out}),
+                   "strata_nonempty": len(strata), "strata_sampled": len(strata) -
+                   len(empty_sampled), "shortfall": shortfall},
+    }
+    return AnchorResult(table, metadata)
+
+
+def anchor_contexts(corpus: pd.DataFrame, anchors: pd.DataFrame) -> list[list[int]]:
+    """Context token ids ``prompt + response[:t]`` of each anchor row, in the anchors' order."""
+    by_prompt = {r.prompt_id: r for r in corpus.itertuples(index=False)}
+    contexts = []
+    for a in anchors.itertuples(index=False):
+        r = by_prompt[a.prompt_id]
+        ctx = [int(x) for x in r.prompt_token_ids] + [int(x) for x in r.response_token_ids[:a.t]]
+        if len(ctx) != a.context_len:
+            raise ValueError(f"{a.anchor_id}: context length mismatch")
+        contexts.append(ctx)
+    return contexts
