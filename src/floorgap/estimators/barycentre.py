@@ -44,9 +44,9 @@ class Barycentre(NamedTuple):
     value: torch.Tensor
 
 
-def tv_distance(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """TV(p, q) = 1/2 sum_v |p(v) - q(v)| over the last dimension (broadcasting)."""
-    return 0.5 * (p - q).abs().sum(-1)
+def tv_distance(p: torch.Tensor, q: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """TV(p, q) = 1/2 sum_v |p(v) - q(v)| along ``dim`` (broadcasting)."""
+    return 0.5 * (p - q).abs().sum(dim)
 
 
 def normalise_weights(weights: torch.Tensor, P: torch.Tensor) -> torch.Tensor:

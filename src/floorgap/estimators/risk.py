@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from floorgap.estimators.barycentre import tv_distance
+
 __all__ = [
     "SelfRiskDecomposition",
     "acceptance",
@@ -36,11 +38,6 @@ __all__ = [
     "warp_logits",
     "warp_probs",
 ]
-
-
-def tv_distance(p: Tensor, q: Tensor, dim: int = -1) -> Tensor:
-    """TV(p, q) = 1/2 sum_v |p(v) - q(v)| along ``dim`` (rows of distributions)."""
-    return 0.5 * (p - q).abs().sum(dim)
 
 
 def acceptance(p: Tensor, q: Tensor, dim: int = -1) -> Tensor:
