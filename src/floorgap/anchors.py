@@ -1,4 +1,4 @@
-"""``python -m floorgap.anchors --spec JSON --corpus CORPUS.parquet --out ANCHORS.parquet --log LOG``
+"""``python -m floorgap.anchors --spec JSON --corpus CORPUS --out ANCHORS --log LOG``
 
 Draw the stratified anchor sample of one domain from its corpus (see floorgap.data.anchors).
 The spec holds ``domain`` (name), ``anchors`` (``per_domain``, ``gamma``, ``context_buckets``)

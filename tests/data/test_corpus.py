@@ -88,7 +88,8 @@ PROMPTS = [[1, 5, 6, 7], [1, 9], [1, 3, 4, 5, 6, 7, 8, 9, 10, 11], [1, 12, 13], 
 SEEDS = [11, 22, 33, 44, 55]
 
 
-def _generate(model, batch_size, max_new=30, law=SamplingLaw()):
+def _generate(model, batch_size, max_new=30, law=None):
+    law = law or SamplingLaw()
     out = []
     for s in range(0, len(PROMPTS), batch_size):
         out += generate_batch(model, PROMPTS[s:s + batch_size], SEEDS[s:s + batch_size], law=law,
@@ -149,8 +150,8 @@ def test_checkpoint_generation_defaults_are_ignored(tiny):
 
 @pytest.fixture(scope="module")
 def smoke(repo, tmp_path_factory):
-    from floorgap.models.__main__ import build_parser, main
     from floorgap.cli import run_stage
+    from floorgap.models.__main__ import build_parser, main
 
     cfg = yaml.safe_load((repo / "workflow" / "configs" / "smoke.yaml").read_text())
     name, target = next(iter(cfg["targets"].items()))

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from floorgap.cli import StageError
-from floorgap.data.sources import SHIPPED, RawPrompt, read_source
+from floorgap.data.sources import SHIPPED, read_source
 from floorgap.seeds import derive_seed
 
 log = logging.getLogger("floorgap.data")
