@@ -10,6 +10,8 @@ the block window. In particular the EOS that ends a response is never inside a b
 
 Strata. Context-length bucket (upper edges from the config; the last bucket is open) x
 relative position third of ``t / n_response_tokens`` (early < 1/3 <= middle < 2/3 <= late).
+For a censored response ``n_response_tokens`` is ``max_new_tokens``, so its thirds are thirds
+of the observed window, not of the (unseen) full response.
 
 Allocation. ``per_domain`` anchors are split over the non-empty strata in proportion to their
 sizes ``N_s`` by largest remainders, with at least one anchor per non-empty stratum when

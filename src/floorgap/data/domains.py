@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from floorgap.cli import StageError
-from floorgap.data.sources import SHIPPED, read_source
+from floorgap.data.sources import SHIPPED, ShippedSource, read_source
 from floorgap.seeds import derive_seed
 
 log = logging.getLogger("floorgap.data")
@@ -43,7 +43,7 @@ class Domain:
     paper_dataset: str
 
     @property
-    def shipped(self):
+    def shipped(self) -> ShippedSource | None:
         return SHIPPED.get(self.source)
 
 
