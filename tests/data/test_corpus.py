@@ -8,12 +8,8 @@ import pytest
 import torch
 import yaml
 
-from floorgap.data.corpus import (
-    PerRowLawSampler,
-    SamplingLaw,
-    generate_batch,
-    inverse_cdf_sample,
-)
+from floorgap.data.corpus import PerRowLawSampler, generate_batch
+from floorgap.sampling import SamplingLaw, inverse_cdf_sample
 from floorgap.records import read_metadata, read_table, sha256_file
 from floorgap.seeds import generator_for
 

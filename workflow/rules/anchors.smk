@@ -15,4 +15,4 @@ rule anchors:
     conda:
         "../../envs/floorgap.yaml"
     shell:
-        "{PY}.anchors --spec {params.spec:q} --corpus {input.corpus} --out {output} --log {log}"
+        "{PY}.anchors --spec {params.spec:q} --corpus {input.corpus} --out {output} --log {log} --threads {threads}"

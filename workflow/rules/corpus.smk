@@ -8,11 +8,11 @@ rule corpus:
         spec=corpus_spec,
     log:
         f"{LOGS}/corpus/{{target}}/{{domain}}.log",
-    threads: 2
+    threads: 1
     resources:
         mem_mb=8000,
         runtime=60,
     conda:
         "../../envs/floorgap.yaml"
     shell:
-        "{PY}.corpus --spec {params.spec:q} --model-dir {input.model} --out {output} --log {log}"
+        "{PY}.corpus --spec {params.spec:q} --model-dir {input.model} --out {output} --log {log} --threads {threads}"

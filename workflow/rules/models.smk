@@ -6,11 +6,11 @@ rule model:
         spec=lambda w: as_json(target_spec(w.target)),
     log:
         f"{LOGS}/model/{{target}}.log",
-    threads: 2
+    threads: 1
     resources:
         mem_mb=8000,
         runtime=30,
     conda:
         "../../envs/floorgap.yaml"
     shell:
-        "{PY}.models --spec {params.spec:q} --out {output} --log {log}"
+        "{PY}.models --spec {params.spec:q} --out {output} --log {log} --threads {threads}"

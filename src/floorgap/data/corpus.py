@@ -31,6 +31,7 @@ import torch
 
 from floorgap.cli import StageError, Timer, iter_batches, progress
 from floorgap.data.domains import Prompt, load_domain, select_prompts
+from floorgap.sampling import SamplingLaw, inverse_cdf_sample
 from floorgap.seeds import generator_for
 
 log = logging.getLogger("floorgap.corpus")
@@ -38,63 +39,6 @@ log = logging.getLogger("floorgap.corpus")
 
 # ---------------------------------------------------------------------------------------------
 # The sampling law
-
-
-@dataclass(frozen=True)
-class SamplingLaw:
-    """Temperature, nucleus (top-p) and top-k truncation; ``top_p=1`` and ``top_k=0`` disable."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.temperature > 0:
-            raise ValueError("temperature must be > 0")
-        if not 0 < self.top_p <= 1:
-            raise ValueError("top_p must be in (0, 1]")
-        if self.top_k < 0:
-            raise ValueError("top_k must be >= 0")
-
-    @classmethod
-    def from_spec(cls, spec: dict[str, Any]) -> SamplingLaw:
-        return cls(float(spec.get("temperature", 1.0)), float(spec.get("top_p", 1.0)),
-                   int(spec.get("top_k", 0)))
-
-    @property
-    def is_plain(self) -> bool:
-        return self.top_p >= 1.0 and self.top_k == 0
-
-    def probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """Next-token probabilities under the law, float64, along the last dimension.
-
-        Top-k keeps every token whose logit ties the k-th largest; top-p keeps the smallest
-        prefix of the descending order whose mass reaches ``top_p`` (the crossing token is
-        kept), so at least one token always survives.
-        """
-        z = logits.to(torch.float64) / self.temperature
-        if self.top_k and self.top_k < z.shape[-1]:
-            kth = torch.topk(z, self.top_k, dim=-1).values[..., -1:]
-            z = z.masked_fill(z < kth, -math.inf)
-        p = torch.softmax(z, dim=-1)
-        if self.top_p < 1.0:
-            sorted_p, order = torch.sort(p, dim=-1, descending=True)
-            before = torch.cumsum(sorted_p, dim=-1) - sorted_p  # mass strictly before each token
-            drop_sorted = before >= self.top_p
-            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-            p = p.masked_fill(drop, 0.0)
-            p = p / p.sum(dim=-1, keepdim=True)
-        return p
-
-
-def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """Token at quantile ``uniforms`` (shape ``[B]``, in [0, 1)) of each row of ``probs``
-    (``[B, V]``): the first index whose cumulative mass exceeds ``u * total``. Zero-probability
-    tokens are never returned."""
-    cdf = torch.cumsum(probs.to(torch.float64), dim=-1)
-    target = (uniforms.to(cdf.device, torch.float64) * cdf[:, -1]).unsqueeze(-1)
-    idx = torch.searchsorted(cdf, target, right=True).squeeze(-1)
-    return idx.clamp_(max=probs.shape[-1] - 1)
 
 
 class PerRowLawSampler:
