@@ -45,7 +45,8 @@ log() { printf 'slurm-local: %s\n' "$*" >&2; }
 die() { printf 'slurm-local: error: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    if [[ ${1:-0} -ne 0 ]]; then exec >&2; fi
+    sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
