@@ -57,7 +57,8 @@ def test_smoke_dag_end_to_end(tmp_path: Path) -> None:
     results = tmp_path / "results" / target
     manifest = json.loads((results / "manifest.json").read_text())
     listed = {Path(e["path"]).name for e in manifest["files"]}
-    assert len(manifest["files"]) == 2 * len(cfg["domains"])
+    shards = cfg["rollouts"]["shards"]
+    assert len(manifest["files"]) == (2 + 2 * shards) * len(cfg["domains"])
     for domain in cfg["domains"]:
         assert f"{domain}.parquet" in listed
         anchors = pd.read_parquet(results / "anchors" / f"{domain}.parquet")
