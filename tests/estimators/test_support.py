@@ -41,3 +41,12 @@ def test_prefixes_differ_only_late() -> None:
 def test_needs_two_paths() -> None:
     with pytest.raises(ValueError):
         effective_support(torch.zeros(1, 3, dtype=torch.long))
+
+
+def test_one_collision_is_capped_at_the_path_count():
+    """One colliding pair: 1/lambda_hat = M(M-1)/2 exceeds M; the record keeps M."""
+    paths = torch.arange(12).reshape(12, 1)
+    paths[1] = paths[0]
+    res = effective_support(paths)
+    assert res.collision == pytest.approx(2 / (12 * 11))
+    assert res.n_eff == 12.0
