@@ -17,6 +17,7 @@ LOGS = "results/logs"
 wildcard_constraints:
     target="|".join(map(str, TARGETS)) or "NONE",
     domain="|".join(DOMAINS) or "NONE",
+    shard=r"\d+",
 
 
 def as_json(obj):
@@ -50,6 +51,27 @@ def anchors_spec(wildcards):
     )
 
 
+def rollouts_spec(wildcards):
+    return as_json(
+        {
+            "target": target_spec(wildcards.target),
+            "rollouts": config["rollouts"],
+            "law": config["evaluation_law"],
+            "gamma": config["anchors"]["gamma"],
+            "shard": int(wildcards.shard),
+        }
+    )
+
+
+def gpus_for(target):
+    """GPUs a model-running job of this target requests (0 on CPU targets)."""
+    return 1 if config["targets"][target]["device"].startswith("cuda") else 0
+
+
+def shards():
+    return range(config["rollouts"]["shards"])
+
+
 def model_dir(target):
     return f"results/models/{target}"
 
@@ -60,6 +82,11 @@ def target_records(target):
         f"results/{target}/{kind}/{domain}.parquet"
         for kind in ("corpus", "anchors")
         for domain in DOMAINS
+    ] + [
+        f"results/{target}/rollouts/{domain}/{kind}-{shard}.parquet"
+        for domain in DOMAINS
+        for shard in shards()
+        for kind in ("paths", "floors")
     ]
 
 

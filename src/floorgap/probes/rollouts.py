@@ -1,0 +1,205 @@
+"""Target rollouts at an anchor: M sampled blocks and the full-vocabulary p_k^(r) along each.
+
+At an anchor with context X the probe draws M continuations Z^(r) = (Z_0, ..., Z_{gamma-1})
+from the target under the sampling law and reads p_k^(r) = p_T(. | X, Z^(r)_<k) at every slot
+(paper Sec. B.3). The logits computed while sampling slot k are exactly p_k^(r), so no second
+teacher-forced pass is needed. The prompt is prefilled once; its KV cache is copied into every
+forward of paths.
+
+Determinism. Path r draws its uniforms from its own generator, seeded by
+``derive_seed(anchor_seed, "path", r)``. CPU and GPU matrix kernels choose their summation order
+by the number of rows, so a path's probabilities would change in the last bits with the number
+of paths decoded beside it. Every forward therefore has exactly ``forward_batch`` rows: real
+paths, padded with copies when fewer remain. A path's numbers then depend only on the anchor,
+its index and ``forward_batch`` (a recorded part of the numerical recipe), never on how paths are
+chunked or anchors sharded.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from floorgap.sampling import SamplingLaw, inverse_cdf_sample
+from floorgap.seeds import derive_seed, generator_for
+
+
+@dataclass(frozen=True)
+class SampledBlock:
+    """M target paths at one anchor.
+
+    ``tokens``: ``[M, gamma]`` realised tokens; ``probs``: ``[gamma, M, V]`` the law's
+    next-token distributions p_k^(r) (float32, on the model's device); ``revealed``:
+    ``[gamma, J, M, V]`` or None (see :func:`sample_block`; slot 0 is unused);
+    ``seconds``: wall time.
+    """
+
+    tokens: torch.Tensor
+    probs: torch.Tensor
+    revealed: torch.Tensor | None
+    seconds: float
+
+    @property
+    def realised_probs(self) -> torch.Tensor:
+        """``[M, gamma]``: p_k^(r)(Z_k^(r)), the probability of each realised token."""
+        idx = self.tokens.to(self.probs.device).T.unsqueeze(-1)  # [gamma, M, 1]
+        return self.probs.gather(-1, idx).squeeze(-1).T
+
+
+@torch.inference_mode()
+def sample_block(model: Any, context_ids: list[int], *, n_paths: int, gamma: int,
+                 law: SamplingLaw, anchor_seed: int, forward_batch: int,
+                 chunk_paths: int | None = None, reveal_paths: int = 0) -> SampledBlock:
+    """Draw ``n_paths`` blocks of ``gamma`` tokens after ``context_ids`` (prefill shared).
+
+    ``forward_batch`` is the fixed number of rows of every decode forward; ``chunk_paths``
+    (default ``forward_batch``, at most it) is how many real paths fill each forward. Results
+    are identical for every ``chunk_paths`` (see the module docstring).
+
+    ``reveal_paths`` = J > 0 also reads, for the re-weighting route of T^(1) (paper Sec. B.3),
+    the target's distribution after appending the realised predecessor z*_j = Z^(j)_{k-1} of
+    path j < J to *every* path's prefix Z^(s)_{<k-1}: ``revealed[k, j, s]`` =
+    p_T(. | X, Z^(s)_{<k-1}, z*_j) for k >= 1. Each costs one extra forward per step, after
+    which the cache is cropped back.
+    """
+    if n_paths < 1 or gamma < 1:
+        raise ValueError("n_paths and gamma must be positive")
+    chunk = forward_batch if chunk_paths is None else chunk_paths
+    if not 1 <= chunk <= forward_batch:
+        raise ValueError(f"chunk_paths must lie in [1, forward_batch={forward_batch}]")
+    if not 0 <= reveal_paths <= min(chunk, n_paths):
+        # The revealed tokens come from the first chunk's paths, known before any later chunk.
+        raise ValueError(f"reveal_paths must lie in [0, min(chunk_paths, n_paths)]")
+    start_time = time.perf_counter()
+    device = next(model.parameters()).device
+    ctx = torch.tensor([context_ids], dtype=torch.long, device=device)
+    out = model(input_ids=ctx, use_cache=True)
+    prefix_cache = out.cache
+    p0 = law.probs(out.logits[:, -1, :]).float()  # [1, V]: every path shares slot 0's distribution
+    vocab = p0.shape[-1]
+
+    probs = torch.empty((gamma, n_paths, vocab), dtype=torch.float32, device=device)
+    tokens = torch.empty((n_paths, gamma), dtype=torch.long)
+    revealed = (torch.empty((gamma, reveal_paths, n_paths, vocab), dtype=torch.float32,
+                            device=device) if reveal_paths else None)
+    gens = [generator_for(derive_seed(anchor_seed, "path", r)) for r in range(n_paths)]
+    for lo in range(0, n_paths, chunk):
+        rows = list(range(lo, min(lo + chunk, n_paths)))
+        n = len(rows)
+        cache = copy.deepcopy(prefix_cache)
+        cache.batch_repeat_interleave(forward_batch)
+        p = p0.expand(forward_batch, vocab)
+        for k in range(gamma):
+            if k > 0:
+                if revealed is not None:
+                    for j in range(reveal_paths):
+                        z_star = tokens[j, k - 1].expand(forward_batch).to(device)
+                        logits = model(input_ids=z_star.unsqueeze(-1), cache=cache,
+                                       use_cache=True).logits[:, -1, :]
+                        revealed[k, j, lo:lo + n] = law.probs(logits)[:n].float()
+                        cache.crop(-1)  # drop the revealed token again
+                logits = model(input_ids=z.unsqueeze(-1), cache=cache,
+                               use_cache=True).logits[:, -1, :]
+                p = law.probs(logits).float()
+            probs[k, lo:lo + n] = p[:n]
+            u = torch.stack([torch.rand((), dtype=torch.float64, generator=gens[r])
+                             for r in rows])
+            z_real = inverse_cdf_sample(p[:n], u)
+            tokens[lo:lo + n, k] = z_real.cpu()
+            # Pad rows continue the first real path; they are computed and discarded.
+            z = torch.cat([z_real, z_real[:1].expand(forward_batch - n)])
+        del cache
+    return SampledBlock(tokens=tokens, probs=probs, revealed=revealed,
+                        seconds=time.perf_counter() - start_time)
+
+
+@dataclass(frozen=True)
+class PathRecord:
+    """One sampled path at an anchor: realised tokens, their log-probabilities log p_k(Z_k),
+    the top-K read of p_k at every slot (flattened slot-major) and its residual mass."""
+
+    anchor_id: str
+    path: int
+    tokens: list[int]
+    logp: list[float]
+    topk_ids: list[int]
+    topk_probs: list[float]
+    residual: list[float]
+
+
+@dataclass(frozen=True)
+class SlotFloorRecord:
+    """Floors at one anchor and slot, computed from the full-vocabulary p_k^(r) on the device.
+
+    t0 / t0_split: T^(0) in-sample and split-half; t1_*: split-half T^(1) by predecessor
+    grouping (covered floor, covered mass c, bounds c T_cov <= T <= c T_cov + 1 - c, uncovered
+    paths) and its in-sample plug-in; t1_reweighted: mean over the J revealed predecessors of
+    the importance-reweighted floor, with the smallest and mean Kish ESS; n_eff: effective
+    support of the k-token block prefixes (1 at slot 0).
+    """
+
+    anchor_id: str
+    slot: int
+    t0: float
+    t0_split: float
+    t1_split_cov: float
+    t1_covered_mass: float
+    t1_lower: float
+    t1_upper: float
+    t1_uncovered_paths: int
+    t1_plugin: float
+    t1_reweighted: float
+    t1_reweighted_ess_min: float
+    t1_reweighted_ess_mean: float
+    n_eff: float
+
+
+def anchor_records(anchor_id: str, block: SampledBlock, *, store_top_k: int
+                   ) -> tuple[list[PathRecord], list[SlotFloorRecord]]:
+    """Records of one anchor: per-path sparse reads and per-slot floors (estimators on device)."""
+    from floorgap.estimators.floors import (alternating_split, floor_order0, floor_order0_split,
+                                            floor_order1_plugin, floor_order1_reweighted,
+                                            floor_order1_split, reveal_weights)
+    from floorgap.estimators.support import effective_support
+    from floorgap.estimators.truncation import topk_sparse
+
+    P = block.probs
+    gamma, M, _ = P.shape
+    tokens = block.tokens
+    split = alternating_split(M, device=P.device)
+    t0 = floor_order0(P)  # [gamma], batched over slots
+    t0_split = floor_order0_split(P, split)
+    floors = []
+    for k in range(gamma):
+        pred = None if k == 0 else tokens[:, k - 1].to(P.device)
+        t1 = floor_order1_split(P[k], pred)
+        t1_plugin = floor_order1_plugin(P[k], pred)
+        rw_value = rw_ess_min = rw_ess_mean = float("nan")
+        if block.revealed is not None and k >= 1:
+            J = block.revealed.shape[1]
+            weights = reveal_weights(P[k - 1], tokens[:J, k - 1].to(P.device))  # [J, M]
+            # The revealed path's own prefix is not independent of its token: leave it out.
+            weights[torch.arange(J), torch.arange(J)] = 0.0
+            rw = floor_order1_reweighted(block.revealed[k], weights)
+            rw_value = float(rw.value.mean())
+            rw_ess_min, rw_ess_mean = float(rw.ess.min()), float(rw.ess.mean())
+        floors.append(SlotFloorRecord(
+            anchor_id=anchor_id, slot=k, t0=float(t0[k]), t0_split=float(t0_split[k]),
+            t1_split_cov=float(t1.value_covered), t1_covered_mass=float(t1.covered_mass),
+            t1_lower=float(t1.lower), t1_upper=float(t1.upper),
+            t1_uncovered_paths=int(t1.n_uncovered_paths), t1_plugin=float(t1_plugin),
+            t1_reweighted=rw_value, t1_reweighted_ess_min=rw_ess_min,
+            t1_reweighted_ess_mean=rw_ess_mean,
+            n_eff=effective_support(tokens[:, :k]).n_eff))
+    read = topk_sparse(P.transpose(0, 1), store_top_k)  # [M, gamma, K]
+    logp = torch.log(block.realised_probs.double()).cpu()
+    ids, vals, res = (read.indices.cpu(), read.values.cpu(), read.residual.cpu())
+    paths = [PathRecord(anchor_id=anchor_id, path=r, tokens=tokens[r].tolist(),
+                        logp=logp[r].tolist(), topk_ids=ids[r].flatten().tolist(),
+                        topk_probs=vals[r].flatten().tolist(), residual=res[r].tolist())
+             for r in range(M)]
+    return paths, floors

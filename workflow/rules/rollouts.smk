@@ -1,0 +1,24 @@
+rule rollouts:
+    """M target paths at every anchor of one shard; full-vocabulary floors on the device."""
+    input:
+        model=lambda w: model_dir(w.target),
+        corpus="results/{target}/corpus/{domain}.parquet",
+        anchors="results/{target}/anchors/{domain}.parquet",
+    output:
+        paths="results/{target}/rollouts/{domain}/paths-{shard}.parquet",
+        floors="results/{target}/rollouts/{domain}/floors-{shard}.parquet",
+    params:
+        spec=rollouts_spec,
+    log:
+        f"{LOGS}/rollouts/{{target}}/{{domain}}-{{shard}}.log",
+    threads: 1
+    resources:
+        mem_mb=12000,
+        runtime=120,
+        gpu=lambda w: gpus_for(w.target),
+    conda:
+        "../../envs/floorgap.yaml"
+    shell:
+        "{PY}.rollouts --spec {params.spec:q} --model-dir {input.model} --corpus {input.corpus}"
+        " --anchors {input.anchors} --out-paths {output.paths} --out-floors {output.floors}"
+        " --log {log} --threads {threads}"
