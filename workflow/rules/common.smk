@@ -10,6 +10,7 @@ validate(config, schema="../schemas/config.schema.yaml")
 
 TARGETS = list(config["targets"])
 DOMAINS = list(config["domains"])
+PRIMARY = config.get("primary_target", TARGETS[0])
 PY = "python -m floorgap"
 LOGS = "results/logs"
 
@@ -23,6 +24,15 @@ wildcard_constraints:
 def as_json(obj):
     """A spec as compact, key-sorted JSON (stable across runs, so params compare equal)."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def figures_spec():
+    """Plotting options, handed only to figure rules (so they rerun nothing upstream)."""
+    return as_json(config["figures"])
+
+
+def analysis_spec():
+    return as_json(config["analysis"])
 
 
 def target_spec(target):
