@@ -7,7 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import json
+
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE_CONFIG = REPO / "workflow" / "configs" / "smoke.yaml"
@@ -25,3 +28,22 @@ def snakemake(*args: str, cwd: Path, timeout: float = 1800) -> subprocess.Comple
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="session")
+def smoke_target(tmp_path_factory):
+    """The smoke config's tiny random target, materialised once per test session.
+
+    Returns ``(config, target entry with its name, model folder, scratch folder)``.
+    """
+    from floorgap.cli import run_stage
+    from floorgap.models.__main__ import build_parser, main
+
+    cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
+    name, target = next(iter(cfg["targets"].items()))
+    tmp = tmp_path_factory.mktemp("smoke")
+    model_dir = tmp / "models" / name
+    spec = json.dumps(dict(target, name=name))
+    assert run_stage(main, build_parser(), ["--spec", spec, "--out", str(model_dir),
+                                            "--threads", "1"]) == 0
+    return cfg, dict(target, name=name), model_dir, tmp
