@@ -1,6 +1,7 @@
 """Benchmarks of the project's hot paths.
 
     python -m floorgap.bench estimators [--json [PATH]] [--device cpu] [--threads N]
+    python -m floorgap.bench rollouts [--model-dir results/models/smollm2-135m] [--paths 64]
 
 Each subcommand is a function registered in ``BENCHMARKS``; it returns a list of result rows
 (name, value, unit, note) that are printed as a table and optionally written as JSON. Inputs
@@ -147,6 +148,84 @@ def _estimators_options(p: argparse.ArgumentParser) -> None:
 
 BENCHMARKS["estimators"] = ("barycentre vs LP and sort; prompt bootstrap",
                             _estimators_options, run_estimators)
+
+
+# ------------------------------------------------------------------------- rollouts
+
+def _bench_prompt(tokenizer: Any, target_tokens: int) -> list[int]:
+    """A real chat-formatted prompt of about ``target_tokens`` tokens: the shipped Arena-Hard
+    prompt whose templated length is closest to it."""
+    from floorgap.data.domains import load_domain
+    from floorgap.models.targets import chat_prompt_ids
+    from floorgap.seeds import BASE_SEED
+
+    best: list[int] | None = None
+    for prompt in load_domain("arena-hard", BASE_SEED).prompts:
+        ids = chat_prompt_ids(tokenizer, prompt.text)
+        if best is None or abs(len(ids) - target_tokens) < abs(len(best) - target_tokens):
+            best = ids
+    assert best is not None
+    return best
+
+
+def run_rollouts(args: argparse.Namespace) -> list[Row]:
+    """The rollout probe (one prefill shared by all paths) against ``generate`` with
+    ``num_return_sequences=M`` (which prefills every copy), both returning the full-vocabulary
+    next-token distribution at every slot of every path."""
+    from pathlib import Path
+
+    from floorgap.models.targets import load_target
+    from floorgap.probes.rollouts import sample_block
+    from floorgap.sampling import SamplingLaw
+
+    if not Path(args.model_dir, "floorgap_model.json").is_file():
+        raise SystemExit(f"{args.model_dir} is not a materialised target; build it with "
+                         f"`snakemake --cores all {args.model_dir}`")
+    device = torch.device(args.device)
+    model, tokenizer = load_target(args.model_dir, args.dtype, device)
+    ctx = _bench_prompt(tokenizer, args.prompt_tokens)
+    M, gamma = args.paths, args.gamma
+    ids = torch.tensor([ctx], device=device)
+    eos = tokenizer.eos_token_id
+
+    def probe(forward_batch: int) -> Callable[[], Any]:
+        return lambda: sample_block(model, ctx, n_paths=M, gamma=gamma, law=SamplingLaw(),
+                                    anchor_seed=1, forward_batch=forward_batch)
+
+    @torch.inference_mode()
+    def baseline() -> Any:
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True,
+                             temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=gamma,
+                             min_new_tokens=gamma, num_return_sequences=M,
+                             return_dict_in_generate=True, output_logits=True,
+                             pad_token_id=eos)
+        return [torch.softmax(step.float(), -1) for step in out.logits]
+
+    t_base = median_time(baseline, args.repeats, device)
+    rows = [Row("generate(num_return_sequences=M)", t_base, "s",
+                f"M={M} gamma={gamma}, prompt {len(ctx)} tokens, {args.dtype}")]
+    for fb in sorted({args.forward_batch, M}):
+        t = median_time(probe(fb), args.repeats, device)
+        rows += [Row(f"rollout probe, forward_batch={fb}", t, "s", "prefill once, shared cache"),
+                 Row(f"  speed-up over generate (fb={fb})", t_base / t, "x", "goal >= 3x"),
+                 Row(f"  throughput (fb={fb})", M * gamma / t, "tok/s",
+                     "sampled tokens with full-vocabulary reads")]
+    return rows
+
+
+def _rollouts_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model-dir", default="results/models/smollm2-135m",
+                   help="materialised target folder (default: the embedded model)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--paths", type=int, default=64, help="M")
+    p.add_argument("--gamma", type=int, default=8, help="block length")
+    p.add_argument("--prompt-tokens", type=int, default=300, help="approximate prompt length")
+    p.add_argument("--forward-batch", type=int, default=16, help="probe forward batch")
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats per measurement")
+
+
+BENCHMARKS["rollouts"] = ("rollout probe vs generate(num_return_sequences=M)",
+                          _rollouts_options, run_rollouts)
 
 
 # ------------------------------------------------------------------------- driver
