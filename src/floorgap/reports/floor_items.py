@@ -1,0 +1,468 @@
+"""Paper items of the floors stage: Fig. 2, Fig. 3, Fig. D.2, Table 3 and Table D.1.
+
+Every item reads only the floors summary of the primary target
+(``results/<target>/floors/summary.parquet``, written by ``python -m floorgap.floors``), writes
+its figure (``figures/<name>.pdf`` + ``.png``) or table (``paper/tables/<name>.tex`` + ``.csv``)
+and returns the macros of the numbers the text cites. Signature of an item:
+``item(inputs, spec, out_dir) -> {macro: value}`` with ``inputs["summary"]`` the summary path,
+``spec`` the plotting options (figures only) and ``out_dir`` the output folder.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from floorgap.records import read_metadata, read_table
+from floorgap.reports.common import fmt, fmt_interval, fmt_pct, macro_name, save_figure, write_table
+
+__all__ = [
+    "FloorSummary",
+    "domain_label",
+    "fig2_floor_by_slot",
+    "fig3_floor_by_domain",
+    "figD2_kmedian",
+    "table3_floor_intervals",
+    "tableD1_concentration",
+]
+
+
+class FloorSummary:
+    """Lookup over the long-format floors summary."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.df = read_table(path)
+        self.meta = read_metadata(path)
+        need = {"statistic", "domain", "slot", "estimate", "lower", "upper", "n_anchors"}
+        if not need <= set(self.df.columns):
+            raise ValueError(f"{path} is not a floors summary (columns {list(self.df.columns)})")
+        self.gamma = int(self.scalar("gamma"))
+        self.last = self.gamma - 1
+        self.slots = list(range(1, self.gamma))
+        self.domains = [d for d in self.df["domain"].unique() if d != "all"]
+
+    def rows(self, statistic: str, domain: str = "all") -> pd.DataFrame:
+        """Rows of one statistic and scope, indexed by slot."""
+        df = self.df[(self.df["statistic"] == statistic) & (self.df["domain"] == domain)]
+        return df.set_index("slot").sort_index()
+
+    def get(self, statistic: str, slot: int, domain: str = "all", field: str = "estimate"
+            ) -> float:
+        df = self.rows(statistic, domain)
+        return float(df.at[slot, field]) if slot in df.index else float("nan")
+
+    def scalar(self, statistic: str, domain: str = "all") -> float:
+        return self.get(statistic, -1, domain)
+
+    def series(self, statistic: str, slots: list[int], domain: str = "all"
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        df = self.rows(statistic, domain).reindex(slots)
+        return tuple(df[c].to_numpy(float, copy=True) for c in ("estimate", "lower", "upper"))
+
+    @property
+    def target(self) -> str:
+        return str(self.meta.get("target") or "")
+
+    @property
+    def level(self) -> float:
+        return float((self.meta.get("analysis") or {}).get("level", 0.95))
+
+
+def domain_label(domain: str, facts: Mapping[str, Any] | None) -> str:
+    """A domain's display name; a stand-in says which dataset stands in, e.g.
+    "mbpp (HumanEval stand-in)"."""
+    facts = facts or {}
+    if facts.get("stand_in_for"):
+        return f"{domain} ({facts.get('dataset_short') or 'substitute'} stand-in)"
+    return domain
+
+
+def _summary(inputs: Mapping[str, Path]) -> FloorSummary:
+    if "summary" not in inputs:
+        raise ValueError("this item needs --summary (the floors summary parquet)")
+    return FloorSummary(inputs["summary"])
+
+
+def _signed(value: float, digits: int = 2) -> str:
+    if value is None or not math.isfinite(value):
+        return "--"
+    return f"\\ensuremath{{{value:+.{digits}f}}}"
+
+
+def _pct_interval(lower: float, upper: float, digits: int = 1) -> str:
+    if not (math.isfinite(lower) and math.isfinite(upper)):
+        return "--"
+    return f"[{100 * lower:.{digits}f}, {100 * upper:.{digits}f}]\\%"
+
+
+def _count(value: float) -> str:
+    return "--" if not math.isfinite(value) else str(round(value))
+
+
+# -- figures ------------------------------------------------------------------------------------
+
+def _figure(spec: Mapping[str, Any]):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    size = float(spec.get("font_size", 8))
+    plt.rcParams.update({
+        "font.size": size, "axes.labelsize": size, "axes.titlesize": size,
+        "legend.fontsize": size - 1, "xtick.labelsize": size - 1, "ytick.labelsize": size - 1,
+        "axes.spines.top": False, "axes.spines.right": False, "axes.linewidth": 0.6,
+        "lines.linewidth": 1.2, "lines.markersize": 3.5, "legend.frameon": False,
+        "pdf.fonttype": 42, "svg.hashsalt": "floorgap",
+    })
+    fig, ax = plt.subplots(figsize=(float(spec.get("width_in", 3.4)),
+                                    float(spec.get("height_in", 2.4))))
+    return fig, ax
+
+
+def _save(fig, name: str, out_dir: Path, spec: Mapping[str, Any]) -> None:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout(pad=0.3)
+    save_figure(fig, name, fig_dir=out_dir, dpi=int(spec.get("dpi", 200)))
+    plt.close(fig)
+
+
+def _common_values(s: FloorSummary) -> dict[str, str]:
+    return {
+        macro_name("floor", "target"): s.target.replace("_", "\\_"),
+        macro_name("floor", "anchors"): _count(s.scalar("n_anchors")),
+        macro_name("floor", "prompts"): _count(s.scalar("n_prompts")),
+        macro_name("floor", "domains"): str(len(s.domains)),
+        macro_name("floor", "paths"): _count(s.scalar("paths_per_anchor")),
+        macro_name("floor", "gamma"): str(s.gamma),
+        macro_name("floor", "last", "slot"): str(s.last),
+        macro_name("floor", "top", "K"): _count(s.scalar("store_top_k")),
+        macro_name("floor", "bootstrap"): _count(s.scalar("bootstrap_replicates")),
+        macro_name("floor", "level"): fmt_pct(s.level, 0),
+        macro_name("floor", "records", "corrupt"): _count(s.scalar("records_corrupt")),
+        macro_name("floor", "records", "missing"): _count(s.scalar("records_missing")),
+    }
+
+
+def fig2_floor_by_slot(inputs: Mapping[str, Path], spec: Mapping[str, Any],
+                       out_dir: Path) -> dict[str, str]:
+    """Fig. 2: T^(0) and T^(1) by slot, with prompt-bootstrap intervals; T^(1) by the
+    importance route, and the split-half grouping bounds c T_cov .. c T_cov + 1 - c as a band
+    (their covered floor dashed)."""
+    s = _summary(inputs)
+    slots = list(range(s.gamma))
+    x = np.array(slots)
+    t0, t0_lo, t0_hi = s.series("T0", slots)
+    rw, rw_lo, rw_hi = s.series("T1_reweighted", slots)
+    rw[0] = rw_lo[0] = rw_hi[0] = 0.0  # T^(1)_0 = 0: the committed token fixes the context
+    lo_b = s.series("T1_split_lower", slots)[0]
+    up_b = s.series("T1_split_upper", slots)[0]
+    cov = s.series("T1_split_covered", slots)[0]
+
+    fig, ax = _figure(spec)
+    ax.fill_between(x, lo_b, up_b, color="0.55", alpha=0.18, lw=0,
+                    label=r"$T^{(1)}$ split bounds")
+    ax.plot(x, cov, color="0.35", ls="--", lw=0.9, label=r"$T^{(1)}$ split, covered")
+    ax.fill_between(x, t0_lo, t0_hi, color="C0", alpha=0.22, lw=0)
+    ax.plot(x, t0, color="C0", marker="o", label=r"$T^{(0)}$")
+    ax.fill_between(x, rw_lo, rw_hi, color="C3", alpha=0.22, lw=0)
+    ax.plot(x, rw, color="C3", marker="^", label=r"$T^{(1)}$ importance")
+    ax.set_xlabel("slot $k$")
+    ax.set_ylabel("information floor (TV)")
+    ax.set_xticks(slots)
+    ax.set_ylim(0, 1.0)  # TV floors lie in [0, 1]; the headroom holds the legend
+    ax.set_xlim(-0.2, s.last + 0.2)
+    handles, labels = ax.get_legend_handles_labels()
+    order = [2, 3, 1, 0]  # T0, T1 importance, T1 covered, bounds
+    ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper left",
+              ncol=2, handlelength=1.5, columnspacing=0.8, borderaxespad=0.1,
+              labelspacing=0.25)
+    _save(fig, "fig2_floor_by_slot", out_dir, spec)
+
+    values = _common_values(s)
+    for k in s.slots:
+        values[macro_name("floor", "T0", "slot", k)] = fmt(s.get("T0", k))
+        values[macro_name("floor", "T1", "slot", k)] = fmt(s.get("T1_reweighted", k))
+        values[macro_name("floor", "T1", "split", "slot", k)] = fmt(s.get("T1_split_covered", k))
+        values[macro_name("floor", "covered", "mass", "slot", k)] = fmt(
+            s.get("T1_covered_mass", k), 2)
+        values[macro_name("floor", "share", "removed", "slot", k)] = fmt_pct(
+            s.get("share_removed_reweighted", k))
+    last = s.last
+    values[macro_name("floor", "T0", "last")] = fmt(s.get("T0", last))
+    values[macro_name("floor", "T1", "last")] = fmt(s.get("T1_reweighted", last))
+    values[macro_name("floor", "max", "accept", "slot", 1)] = fmt_pct(1 - s.get("T0", 1), 0)
+    values[macro_name("floor", "max", "accept", "last")] = fmt_pct(1 - s.get("T0", last), 0)
+    t1 = {k: s.get("T1_reweighted", k) for k in s.slots}
+    t1_split = {k: s.get("T1_split_covered", k) for k in s.slots}
+    kmax = max(t1, key=lambda k: -math.inf if math.isnan(t1[k]) else t1[k])
+    values[macro_name("floor", "T1", "max")] = fmt(t1[kmax])
+    values[macro_name("floor", "T1", "max", "slot")] = str(kmax)
+    values[macro_name("floor", "T1", "split", "max")] = fmt(np.nanmax(list(t1_split.values())))
+    for stat, label in (("share_removed_reweighted", ()), ("share_removed_split_covered",
+                                                          ("split",))):
+        shares = [s.get(stat, k) for k in s.slots]
+        values[macro_name("floor", "share", "removed", *label, "min")] = fmt_pct(np.nanmin(shares), 0)
+        values[macro_name("floor", "share", "removed", *label, "max")] = fmt_pct(np.nanmax(shares), 0)
+        values[macro_name("floor", "share", "removed", *label, "pooled")] = fmt_pct(
+            s.get(stat, -1))
+    values[macro_name("floor", "covered", "mass", "min")] = fmt(
+        np.nanmin([s.get("T1_covered_mass", k) for k in s.slots]), 2)
+    ess = [s.get("T1_reweighted_ess_mean", k) for k in s.slots]
+    values[macro_name("floor", "ess", "min")] = fmt(np.nanmin(ess), 1)
+    values[macro_name("floor", "ess", "max")] = fmt(np.nanmax(ess), 1)
+    fit = [abs(s.get("T0_split_minus_T0", k)) for k in s.slots]
+    values[macro_name("floor", "split", "fit", "max")] = fmt(np.nanmax(fit))
+    return values
+
+
+def fig3_floor_by_domain(inputs: Mapping[str, Path], spec: Mapping[str, Any],
+                         out_dir: Path) -> dict[str, str]:
+    """Fig. 3: T^(0) per slot per domain with prompt-bootstrap intervals."""
+    s = _summary(inputs)
+    slots = list(range(s.gamma))
+    facts = s.meta.get("domains") or {}
+    fig, ax = _figure(spec)
+    n = len(s.domains)
+    markers = ["o", "s", "^", "D", "v", "P", "X", "*"]
+    for i, d in enumerate(s.domains):
+        est, lo, hi = s.series("T0", slots, d)
+        x = np.array(slots) + (i - (n - 1) / 2) * 0.09
+        ax.errorbar(x, est, yerr=[np.clip(est - lo, 0, None), np.clip(hi - est, 0, None)],
+                    color=f"C{i}", marker=markers[i % len(markers)], capsize=1.5,
+                    elinewidth=0.7, label=domain_label(d, facts.get(d)))
+    ax.set_xlabel("slot $k$")
+    ax.set_ylabel(r"order-0 floor $T^{(0)}_k$ (TV)")
+    ax.set_xticks(slots)
+    ax.set_ylim(0, 1.0)
+    ax.legend(loc="lower right", handlelength=1.6, borderaxespad=0.2, labelspacing=0.25)
+    _save(fig, "fig3_floor_by_domain", out_dir, spec)
+
+    last = s.last
+    values: dict[str, str] = {}
+    at_last = {}
+    for d in s.domains:
+        at_last[d] = s.get("T0", last, d)
+        values[macro_name("floor", "domain", d, "last")] = fmt(at_last[d])
+        values[macro_name("floor", "domain", d, "slot", 1)] = fmt(s.get("T0", 1, d))
+        values[macro_name("floor", "domain", d, "T1", "last")] = fmt(
+            s.get("T1_reweighted", last, d))
+        values[macro_name("floor", "domain", d, "anchors")] = _count(s.scalar("n_anchors", d))
+        values[macro_name("floor", "domain", d, "prompts")] = _count(s.scalar("n_prompts", d))
+        values[macro_name("floor", "domain", d, "label")] = domain_label(d, facts.get(d))
+    ranked = sorted((d for d in at_last if math.isfinite(at_last[d])),
+                    key=lambda d: -at_last[d])
+    values[macro_name("floor", "domain", "order", "last")] = " > ".join(ranked) or "--"
+    if ranked:
+        values[macro_name("floor", "domain", "highest", "last")] = ranked[0]
+        values[macro_name("floor", "domain", "lowest", "last")] = ranked[-1]
+    # Slots at which every open-ended domain is above every constrained one (paper Sec. 3.1).
+    open_ended = [d for d in ("alpaca", "arena-hard") if d in s.domains]
+    constrained = [d for d in ("gsm8k", "mbpp") if d in s.domains]
+    if open_ended and constrained:
+        above = [k for k in s.slots
+                 if min(s.get("T0", k, d) for d in open_ended)
+                 > max(s.get("T0", k, d) for d in constrained)]
+        values[macro_name("floor", "domain", "open", "above", "slots")] = str(len(above))
+    return values
+
+
+def figD2_kmedian(inputs: Mapping[str, Path], spec: Mapping[str, Any],
+                  out_dir: Path) -> dict[str, str]:
+    """Fig. D.2: share of T^(0) removed by K oracle-routed prototypes per slot (K >= 2), with
+    prompt-bootstrap intervals and a band down to the worst restart's share (restart spread)."""
+    s = _summary(inputs)
+    ks = sorted(int(k) for k in (s.meta.get("analysis") or {}).get("kmedian_k", []))
+    if not ks:
+        ks = sorted(int(st.rsplit("K", 1)[1]) for st in s.df["statistic"].unique()
+                    if st.startswith("kmedian_objective_K"))
+    ks = [k for k in ks if k > 1]
+    slots = s.slots
+    x = np.array(slots, dtype=float)
+    fig, ax = _figure(spec)
+    markers = ["o", "s", "^", "D", "v"]
+    n = len(ks)
+    for i, K in enumerate(ks):
+        est, lo, hi = s.series(f"kmedian_share_removed_K{K}", slots)
+        worst = s.series(f"kmedian_share_removed_worst_K{K}", slots)[0]
+        xs = x + (i - (n - 1) / 2) * 0.08
+        ax.fill_between(xs, 100 * worst, 100 * est, color=f"C{i}", alpha=0.18, lw=0)
+        ax.errorbar(xs, 100 * est, yerr=[100 * np.clip(est - lo, 0, None),
+                                         100 * np.clip(hi - est, 0, None)],
+                    color=f"C{i}", marker=markers[i % len(markers)], capsize=1.5,
+                    elinewidth=0.7, label=f"$K={K}$")
+    ax.set_xlabel("slot $k$")
+    ax.set_ylabel(r"share of $T^{(0)}_k$ removed (%)")
+    ax.set_xticks(slots)
+    ax.set_ylim(0, 100)
+    ax.legend(loc="upper right", handlelength=1.6, borderaxespad=0.2, labelspacing=0.25,
+              title="prototypes (band: worst restart)", title_fontsize=ax.xaxis.label.get_size() - 1)
+    _save(fig, "figD2_kmedian", out_dir, spec)
+
+    last = s.last
+    values: dict[str, str] = {}
+    for K in ks:
+        stat = f"kmedian_share_removed_K{K}"
+        shares = [s.get(stat, k) for k in slots]
+        values[macro_name("kmedian", "share", "K", K, "last")] = fmt_pct(s.get(stat, last), 0)
+        values[macro_name("kmedian", "share", "K", K, "min")] = fmt_pct(np.nanmin(shares), 0)
+        values[macro_name("kmedian", "share", "K", K, "max")] = fmt_pct(np.nanmax(shares), 0)
+        values[macro_name("kmedian", "share", "K", K, "pooled")] = fmt_pct(s.get(stat, -1), 0)
+    values[macro_name("kmedian", "spread", "zero", "share")] = fmt_pct(
+        s.scalar("kmedian_spread_zero_share"), 0)
+    values[macro_name("kmedian", "spread", "PNinety")] = fmt(s.scalar("kmedian_spread_p90"))
+    values[macro_name("kmedian", "spread", "mean", "max")] = fmt(
+        s.scalar("kmedian_spread_mean_max"))
+    values[macro_name("kmedian", "spread", "max")] = fmt(s.scalar("kmedian_spread_max"), 2)
+    values[macro_name("kmedian", "restarts")] = str(
+        (s.meta.get("analysis") or {}).get("kmedian_restarts", "--"))
+    return values
+
+
+# -- tables -------------------------------------------------------------------------------------
+
+def _long(s: FloorSummary, rows: list[tuple[str, str, str]]) -> pd.DataFrame:
+    """CSV frame: quantity, statistic, domain, slot, estimate, lower, upper, n_anchors."""
+    frames = []
+    for label, stat, domain in rows:
+        df = s.rows(stat, domain).reindex(s.slots).reset_index()
+        df.insert(0, "quantity", label)
+        df["statistic"], df["domain"] = stat, domain
+        frames.append(df[["quantity", "statistic", "domain", "slot", "estimate", "lower",
+                          "upper", "n_anchors"]])
+    return pd.concat(frames, ignore_index=True)
+
+
+def table3_floor_intervals(inputs: Mapping[str, Path], spec: Mapping[str, Any],
+                           out_dir: Path) -> dict[str, str]:
+    """Table 3: per slot, the prompt-bootstrap intervals of T^(0), T^(1) (importance route and
+    split-half grouping) and of the share of T^(0) that one realised token removes."""
+    s = _summary(inputs)
+    interval_rows = [
+        (r"$T_{k}^{(0)}$ (full vocabulary)", "T0", "num"),
+        (r"$T_{k}^{(1)}$ (importance route)", "T1_reweighted", "num"),
+        (r"$T_{k}^{(1)}$ (partitioning, covered)", "T1_split_covered", "num"),
+        (r"covered mass $c_k$", "T1_covered_mass", "point"),
+        (r"$(T_{k}^{(0)}-T_{k}^{(1)})/T_{k}^{(0)}$ (importance)", "share_removed_reweighted",
+         "pct"),
+        (r"$(T_{k}^{(0)}-T_{k}^{(1)})/T_{k}^{(0)}$ (partitioning)",
+         "share_removed_split_covered", "pct"),
+    ]
+    latex = []
+    for label, stat, kind in interval_rows:
+        cells = [label]
+        for k in s.slots:
+            est, lo, hi = (s.get(stat, k, field=f) for f in ("estimate", "lower", "upper"))
+            if kind == "num":
+                cells.append(fmt_interval(lo, hi))
+            elif kind == "pct":
+                cells.append(_pct_interval(lo, hi))
+            else:
+                cells.append(fmt(est, 2))
+        latex.append(cells)
+    shown = pd.DataFrame(latex, columns=["slot $k$"] + [str(k) for k in s.slots])
+    csv = _long(s, [(label, stat, "all") for label, stat, _ in interval_rows])
+    write_table(csv, "table3_floor_intervals", tex_dir=out_dir, latex=shown)
+
+    last = s.last
+    values: dict[str, str] = {}
+
+    def interval(stat: str, k: int, pct: bool = False) -> str:
+        lo, hi = s.get(stat, k, field="lower"), s.get(stat, k, field="upper")
+        return _pct_interval(lo, hi) if pct else fmt_interval(lo, hi)
+
+    for k in s.slots:
+        values[macro_name("floor", "interval", "T0", "slot", k)] = interval("T0", k)
+        values[macro_name("floor", "interval", "T1", "slot", k)] = interval("T1_reweighted", k)
+        values[macro_name("floor", "interval", "share", "slot", k)] = interval(
+            "share_removed_reweighted", k, True)
+    values[macro_name("floor", "interval", "T0", "last")] = interval("T0", last)
+    values[macro_name("floor", "interval", "T1", "last")] = interval("T1_reweighted", last)
+    values[macro_name("floor", "interval", "T1", "split", "last")] = interval(
+        "T1_split_covered", last)
+    values[macro_name("floor", "interval", "share", "last")] = interval(
+        "share_removed_reweighted", last, True)
+    values[macro_name("floor", "interval", "share", "split", "last")] = interval(
+        "share_removed_split_covered", last, True)
+    # Slot 1: T^(1) is 0 by identity; the estimate is the numerical resolution (Sec. C.1).
+    values[macro_name("floor", "T1", "slot", 1, "residual")] = fmt(s.get("T1_reweighted", 1))
+    values[macro_name("floor", "T1", "split", "slot", 1, "residual")] = fmt(
+        s.get("T1_split_covered", 1))
+    return values
+
+
+def tableD1_concentration(inputs: Mapping[str, Path], spec: Mapping[str, Any],
+                          out_dir: Path) -> dict[str, str]:
+    """Table D.1: how the order-0 floor is spread over anchors (mean, median, top-decile
+    share, share below 0.01 and their share of the total) and the effective support of the
+    block prefixes with its correlation with the floor, per slot."""
+    s = _summary(inputs)
+    facts = s.meta.get("domains") or {}
+    spec_rows: list[tuple[str, str, str, str]] = [
+        (r"mean $T_{k}^{(0)}$", "T0", "all", "num"),
+        (r"median $T_{k}^{(0)}$", "T0_median", "all", "num"),
+        (r"top-decile share of the total", "T0_topdecile_share", "all", "pct"),
+        (r"share of anchors with $T_{k}^{(0)}<0.01$", "T0_share_below_001", "all", "pct"),
+        (r"\quad their share of the total", "T0_below_001_share_of_total", "all", "pct"),
+        (r"median $N_{\mathrm{eff}}$ ($k$-token prefixes)", "neff_median", "all", "one"),
+        (r"p90 $N_{\mathrm{eff}}$", "neff_p90", "all", "one"),
+        (r"share with $N_{\mathrm{eff}}=M$", "neff_at_cap_share", "all", "pct"),
+        (r"corr.\ $\log N_{\mathrm{eff}}$, $T_{k}^{(0)}$", "corr_log_neff_T0", "all", "corr"),
+        (r"corr.\ $N_{\mathrm{eff}}$, $T_{k}^{(0)}$", "corr_neff_T0", "all", "corr"),
+    ]
+    for d in s.domains:
+        spec_rows.append((rf"\quad corr.\ $\log N_{{\mathrm{{eff}}}}$, {domain_label(d, facts.get(d))}",
+                          "corr_log_neff_T0", d, "corr"))
+    latex = []
+    for label, stat, domain, kind in spec_rows:
+        cells = [label]
+        render = {"num": fmt, "pct": lambda v: fmt_pct(v, 0), "one": lambda v: fmt(v, 1),
+                  "corr": _signed}[kind]
+        cells += [render(s.get(stat, k, domain)) for k in s.slots]
+        latex.append(cells)
+    shown = pd.DataFrame(latex, columns=["slot $k$"] + [str(k) for k in s.slots])
+    csv = _long(s, [(label, stat, domain) for label, stat, domain, _ in spec_rows])
+    write_table(csv, "tableD1_concentration", tex_dir=out_dir, latex=shown)
+
+    last = s.last
+    values: dict[str, str] = {}
+    for k, tag in ((1, ("slot", 1)), (last, ("last",))):
+        values[macro_name("floor", "top", "decile", *tag)] = fmt_pct(
+            s.get("T0_topdecile_share", k), 0)
+        values[macro_name("floor", "below", "share", *tag)] = fmt_pct(
+            s.get("T0_share_below_001", k), 0)
+        values[macro_name("floor", "below", "total", *tag)] = fmt_pct(
+            s.get("T0_below_001_share_of_total", k))
+        values[macro_name("floor", "median", *tag)] = fmt(s.get("T0_median", k))
+        values[macro_name("floor", "mean", *tag)] = fmt(s.get("T0", k))
+    values[macro_name("floor", "neff", "prefix", "tokens")] = str(last)
+    values[macro_name("floor", "neff", "median", "last")] = fmt(s.get("neff_median", last), 1)
+    values[macro_name("floor", "neff", "PNinety", "last")] = fmt(s.get("neff_p90", last), 1)
+    values[macro_name("floor", "neff", "min", "last")] = fmt(s.get("neff_min", last), 1)
+    values[macro_name("floor", "neff", "max", "last")] = fmt(s.get("neff_max", last), 1)
+    values[macro_name("floor", "neff", "cap", "share", "last")] = fmt_pct(
+        s.get("neff_at_cap_share", last), 0)
+    values[macro_name("floor", "corr", "log", "last")] = _signed(s.get("corr_log_neff_T0", last))
+    values[macro_name("floor", "corr", "raw", "last")] = _signed(s.get("corr_neff_T0", last))
+    per_log, per_raw = [], []
+    for d in s.domains:
+        v = s.get("corr_log_neff_T0", last, d)
+        per_log.append(v)
+        per_raw.append(s.get("corr_neff_T0", last, d))
+        values[macro_name("floor", "corr", "log", d, "last")] = _signed(v, 3)
+    finite_log = [v for v in per_log if math.isfinite(v)]
+    finite_raw = [v for v in per_raw if math.isfinite(v)]
+    if finite_log:
+        values[macro_name("floor", "corr", "log", "domain", "min")] = _signed(min(finite_log))
+        values[macro_name("floor", "corr", "log", "domain", "max")] = _signed(max(finite_log))
+    if finite_raw:
+        values[macro_name("floor", "corr", "raw", "domain", "min")] = _signed(min(finite_raw))
+        values[macro_name("floor", "corr", "raw", "domain", "max")] = _signed(max(finite_raw))
+    return values
