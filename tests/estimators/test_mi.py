@@ -9,6 +9,7 @@ import torch
 from floorgap.estimators.mi import (
     ess_gate_sensitivity,
     kish_ess_log,
+    leave_one_out_missing_information,
     log_mixture,
     mi_cell_losses,
     recovery_bootstrap,
@@ -199,3 +200,18 @@ def test_screen():
     vals = torch.tensor([0.0, 0.05, 0.051, 1.2], dtype=D)
     assert screen_anchors(vals).tolist() == [False, False, True, True]
     assert screen_anchors(vals, 0.0).tolist() == [False, True, True, True]
+
+
+def test_leave_one_out_missing_information():
+    gen = torch.Generator().manual_seed(3)
+    logp = torch.log(torch.rand((2, 5, 5), generator=gen, dtype=D))
+    d = leave_one_out_missing_information(logp)
+    assert d.shape == (2, 5)
+    for b in range(2):
+        for r in range(5):
+            others = [math.exp(logp[b, r, s].item()) for s in range(5) if s != r]
+            want = -math.log(sum(others) / 4) + logp[b, r, r].item()
+            assert abs(d[b, r].item() - want) < 1e-12
+    # identical prefixes carry no information about the token
+    same = torch.log(torch.full((4, 4), 0.3, dtype=D))
+    torch.testing.assert_close(leave_one_out_missing_information(same), torch.zeros(4, dtype=D))

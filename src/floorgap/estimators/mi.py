@@ -46,6 +46,7 @@ __all__ = [
     "RecoveryEstimate",
     "ess_gate_sensitivity",
     "kish_ess_log",
+    "leave_one_out_missing_information",
     "log_mixture",
     "mi_cell_losses",
     "recovery_bootstrap",
@@ -128,6 +129,28 @@ def screen_anchors(values: Tensor, threshold: float = SCREEN_THRESHOLD_NATS) -> 
     recovery measurement itself re-estimates d from fresh paths.
     """
     return values > threshold
+
+
+def leave_one_out_missing_information(logp_cross: Tensor) -> Tensor:
+    """Per-path missing information d_r = C_{k,0} - C_{k,k} from S paths scored against each other.
+
+    ``logp_cross`` (..., S, S): entry [r, s] is log p(Z_k^(r) | X, Z^(s)_<k), the log-probability
+    of path r's token at slot k under the next-token distribution along path s.  Path r's token
+    is teacher forced on its own prefix (the diagonal) and mixed over the other S - 1 prefixes,
+    which are independent of it:
+
+        d_r = -log mean_{s != r} p^(s)(Z_k^(r)) + log p^(r)(Z_k^(r))          (..., S)
+
+    Every d_r estimates I(Z_k; Z_<k | X) with S - 1 prefixes; their mean is the screening
+    value of B.2 at the final slot.
+    """
+    S = logp_cross.shape[-1]
+    if S < 2 or logp_cross.shape[-2] != S:
+        raise ValueError("logp_cross must be (..., S, S) with S >= 2")
+    diag = torch.diagonal(logp_cross, dim1=-2, dim2=-1)
+    off = ~torch.eye(S, dtype=torch.bool, device=logp_cross.device)
+    others = logp_cross[..., off].reshape(logp_cross.shape[:-2] + (S, S - 1))
+    return -log_mixture(others, dim=-1) + diag
 
 
 def _cell_mask(n: Tensor, mask: Tensor | None) -> Tensor:
