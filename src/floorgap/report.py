@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from floorgap.cli import StageError, run_stage, stage_parser
-from floorgap.reports import floor_items
+from floorgap.reports import floor_items, mi_items
 
 Item = Callable[[Mapping[str, Path], Mapping[str, Any], Path], dict[str, str]]
 
@@ -34,6 +34,7 @@ ITEMS: dict[str, Item] = {
     "figD2_kmedian": floor_items.figD2_kmedian,
     "table3_floor_intervals": floor_items.table3_floor_intervals,
     "tableD1_concentration": floor_items.tableD1_concentration,
+    "table4_mi_locality": mi_items.table4_mi_locality,
 }
 
 VALUES = "values"

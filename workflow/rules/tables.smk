@@ -51,3 +51,35 @@ rule tableD1_concentration:
         "{PY}.report tableD1_concentration --summary {input.summary}"
         " --out-dir paper/tables --out-values {output.values} --log {log} --threads {threads}"
 
+
+rule table4_mi_locality:
+    """Table 4: rho_{k,m} by slot and pooled on the screened anchors, ESS-gate sensitivity."""
+    input:
+        expand(f"results/{PRIMARY}/mi/{{domain}}.parquet", domain=DOMAINS),
+    output:
+        tex="paper/tables/table4_mi_locality.tex",
+        csv=report(
+            "paper/tables/table4_mi_locality.csv",
+            caption="../report/table4_mi_locality.rst",
+            category="Floors",
+        ),
+        values="paper/values/table4_mi_locality.tex",
+    params:
+        spec=lambda w: as_json(
+            {
+                "analysis": {k: config["analysis"][k] for k in ("bootstrap", "level")},
+                "ess_gates": config["mi"]["ess_gates"],
+            }
+        ),
+        inputs=lambda w, input: " ".join(f"--input {d}={p}" for d, p in zip(DOMAINS, input)),
+    log:
+        f"{LOGS}/report/table4_mi_locality.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    conda:
+        "../../envs/floorgap.yaml"
+    shell:
+        "{PY}.report table4_mi_locality {params.inputs} --spec {params.spec:q}"
+        " --out-dir paper/tables --out-values {output.values} --log {log} --threads {threads}"
