@@ -58,7 +58,7 @@ def test_smoke_dag_end_to_end(tmp_path: Path) -> None:
     manifest = json.loads((results / "manifest.json").read_text())
     listed = {Path(e["path"]).name for e in manifest["files"]}
     shards = cfg["rollouts"]["shards"]
-    assert len(manifest["files"]) == (2 + 2 * shards) * len(cfg["domains"])
+    assert len(manifest["files"]) == (3 + 2 * shards) * len(cfg["domains"]) + 2
     for domain in cfg["domains"]:
         assert f"{domain}.parquet" in listed
         anchors = pd.read_parquet(results / "anchors" / f"{domain}.parquet")

@@ -11,6 +11,11 @@ validate(config, schema="../schemas/config.schema.yaml")
 TARGETS = list(config["targets"])
 DOMAINS = list(config["domains"])
 PRIMARY = config.get("primary_target", TARGETS[0])
+if PRIMARY not in TARGETS:
+    raise ValueError(
+        f"primary_target {PRIMARY!r} is not a key of targets ({', '.join(TARGETS)}); "
+        "name one of them or drop primary_target to use the first"
+    )
 PY = "python -m floorgap"
 LOGS = "results/logs"
 
@@ -32,7 +37,8 @@ def figures_spec():
 
 
 def analysis_spec():
-    return as_json(config["analysis"])
+    """Estimation settings; the config seed keys the bootstrap and K-median draws."""
+    return as_json({**config["analysis"], "seed": config["seed"]})
 
 
 def target_spec(target):
@@ -97,12 +103,14 @@ def target_records(target):
         for domain in DOMAINS
         for shard in shards()
         for kind in ("paths", "floors")
+    ] + [f"results/{target}/mi/{domain}.parquet" for domain in DOMAINS] + [
+        f"results/{target}/floors/{name}.parquet" for name in ("anchor_slot", "summary")
     ]
 
 
 def final_outputs():
-    """What `rule all` builds: one manifest per target (later stages add figures, paper)."""
-    return [f"results/{target}/manifest.json" for target in TARGETS]
+    """What `rule all` builds: the compiled paper and one record manifest per target."""
+    return ["paper/main.pdf"] + [f"results/{target}/manifest.json" for target in TARGETS]
 
 
 rule manifest:

@@ -67,7 +67,11 @@ rule table4_mi_locality:
     params:
         spec=lambda w: as_json(
             {
-                "analysis": {k: config["analysis"][k] for k in ("bootstrap", "level")},
+                "analysis": {
+                    "bootstrap": config["analysis"]["bootstrap"],
+                    "level": config["analysis"]["level"],
+                    "seed": config["seed"],
+                },
                 "ess_gates": config["mi"]["ess_gates"],
             }
         ),
