@@ -2,6 +2,9 @@
 PAPER_FIGURES = ["fig2_floor_by_slot", "fig3_floor_by_domain", "figD2_kmedian"]
 PAPER_TABLES = ["table3_floor_intervals", "table4_mi_locality", "tableD1_concentration"]
 PAPER_ITEMS = PAPER_FIGURES + PAPER_TABLES
+# The text lives in the repository; the build happens in the working directory's paper/, which
+# holds the generated values and tables (the same folder when the workflow runs in the repo).
+PAPER_SOURCE = Path(workflow.basedir, "paper", "main.tex").resolve()
 
 
 rule values:
@@ -25,7 +28,7 @@ rule values:
 rule paper:
     """Compile paper/main.tex (text in the repository; numbers, tables, figures generated)."""
     input:
-        tex="paper/main.tex",
+        tex=PAPER_SOURCE,
         values="paper/values.tex",
         figures=[f"figures/{item}.pdf" for item in PAPER_FIGURES],
         tables=[f"paper/tables/{item}.tex" for item in PAPER_TABLES],
@@ -40,4 +43,5 @@ rule paper:
     conda:
         "../../envs/floorgap.yaml"
     shell:
-        "latexmk -pdf -cd -interaction=nonstopmode -halt-on-error {input.tex} > {log} 2>&1"
+        "(cd paper && latexmk -pdf -interaction=nonstopmode -halt-on-error {input.tex:q})"
+        " > {log} 2>&1"
