@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -49,12 +50,36 @@ def test_bad_config_is_refused_before_any_job(tmp_path: Path, mutate, needle: st
     assert not (tmp_path / "results").exists(), "a job ran despite the invalid config"
 
 
-def test_smoke_dag_end_to_end(tmp_path: Path) -> None:
-    res = snakemake("--cores", "2", "--configfile", str(SMOKE_CONFIG), cwd=tmp_path)
+def _jobs(dry_run_output: str) -> dict[str, int]:
+    """Rule -> job count from the "Job stats" table of a dry run."""
+    lines = dry_run_output.split("Job stats:")[1].splitlines()[3:]
+    jobs = {}
+    for line in lines:
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].isdigit():
+            break
+        jobs[parts[0]] = int(parts[1])
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """The whole smoke DAG, run once in a scratch working directory."""
+    work = tmp_path_factory.mktemp("smoke-dag")
+    # Without LaTeX (CI installs it) everything but the compiled paper is built.
+    (target,) = yaml.safe_load(SMOKE_CONFIG.read_text())["targets"]
+    targets = [] if shutil.which("latexmk") else ["paper/values.tex",
+                                                  f"results/{target}/manifest.json"]
+    # Targets go before --configfile, which takes every following word as a config file.
+    res = snakemake(*targets, "--cores", "2", "--configfile", str(SMOKE_CONFIG), cwd=work)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    return work
+
+
+def test_smoke_dag_end_to_end(smoke_run: Path) -> None:
     cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
     (target,) = cfg["targets"]
-    results = tmp_path / "results" / target
+    results = smoke_run / "results" / target
     manifest = json.loads((results / "manifest.json").read_text())
     listed = {Path(e["path"]).name for e in manifest["files"]}
     shards = cfg["rollouts"]["shards"]
@@ -64,7 +89,46 @@ def test_smoke_dag_end_to_end(tmp_path: Path) -> None:
         anchors = pd.read_parquet(results / "anchors" / f"{domain}.parquet")
         assert len(anchors) == cfg["anchors"]["per_domain"]
         assert ((anchors["pi"] > 0) & (anchors["pi"] <= 1)).all()
+    for item in ("fig2_floor_by_slot", "fig3_floor_by_domain", "figD2_kmedian"):
+        assert (smoke_run / "figures" / f"{item}.pdf").stat().st_size > 0
+        assert (smoke_run / "figures" / f"{item}.png").stat().st_size > 0
+    for item in ("table3_floor_intervals", "table4_mi_locality", "tableD1_concentration"):
+        assert "\\begin{tabular}" in (smoke_run / "paper" / "tables" / f"{item}.tex").read_text()
+        assert len(pd.read_csv(smoke_run / "paper" / "tables" / f"{item}.csv")) > 0
+    assert "\\newcommand{\\fgFloorTZeroLast}" in (smoke_run / "paper" / "values.tex").read_text()
+    if shutil.which("latexmk"):
+        assert (smoke_run / "paper" / "main.pdf").read_bytes()[:4] == b"%PDF"
     # A second run has nothing to do.
-    again = snakemake("--cores", "2", "--configfile", str(SMOKE_CONFIG), "-n", cwd=tmp_path)
+    again = snakemake("--cores", "2", "--configfile", str(SMOKE_CONFIG), "-n", cwd=smoke_run)
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_one_figure_rebuilds_alone(smoke_run: Path) -> None:
+    (smoke_run / "figures" / "fig2_floor_by_slot.pdf").unlink()
+    res = snakemake("figures/fig2_floor_by_slot.pdf", "--cores", "1", "--configfile",
+                    str(SMOKE_CONFIG), "-n", cwd=smoke_run)
+    assert res.returncode == 0, res.stderr
+    assert _jobs(res.stdout) == {"fig2_floor_by_slot": 1, "total": 1}
+    res = snakemake("figures/fig2_floor_by_slot.pdf", "--cores", "1", "--configfile",
+                    str(SMOKE_CONFIG), cwd=smoke_run)
+    assert res.returncode == 0, res.stderr
+    assert (smoke_run / "figures" / "fig2_floor_by_slot.pdf").exists()
+
+
+def test_plotting_option_reruns_nothing_upstream(smoke_run: Path, tmp_path: Path) -> None:
+    cfg = _write_config(tmp_path / "wider.yaml",
+                        lambda c: c["figures"].update(width_in=c["figures"]["width_in"] + 1))
+    res = snakemake("--cores", "1", "--configfile", str(cfg), "-n", cwd=smoke_run)
+    assert res.returncode == 0, res.stderr
+    jobs = _jobs(res.stdout)
+    upstream = {"model", "corpus", "anchors", "rollouts", "floors", "mi", "manifest"}
+    assert not upstream & set(jobs), jobs
+    assert {"fig2_floor_by_slot", "fig3_floor_by_domain", "figD2_kmedian"} <= set(jobs)
+
+
+def test_html_report(smoke_run: Path) -> None:
+    res = snakemake("--configfile", str(SMOKE_CONFIG), "--report", "report.html", cwd=smoke_run)
+    assert res.returncode == 0, res.stderr[-3000:]
+    html = (smoke_run / "report.html").read_text(errors="replace")
+    assert "fig2_floor_by_slot" in html and "table4_mi_locality" in html
