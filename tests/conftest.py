@@ -47,3 +47,28 @@ def smoke_target(tmp_path_factory):
     assert run_stage(main, build_parser(), ["--spec", spec, "--out", str(model_dir),
                                             "--threads", "1"]) == 0
     return cfg, dict(target, name=name), model_dir, tmp
+
+
+@pytest.fixture(scope="session")
+def smoke_domain_records(smoke_target):
+    """Corpus and anchors of one smoke domain (gsm8k, 2 prompts), built by the stage CLIs.
+
+    Returns ``(config, target entry, model folder, corpus file, anchors file, scratch folder)``.
+    """
+    from floorgap import anchors as anchors_cli
+    from floorgap import corpus as corpus_cli
+    from floorgap.cli import run_stage
+
+    cfg, target, model_dir, tmp = smoke_target
+    out = tmp / "domain-records"
+    corpus, anchors = out / "corpus.parquet", out / "anchors.parquet"
+    spec = {"target": target, "domain": {"name": "gsm8k", "prompts": 2},
+            "corpus": cfg["corpus"], "law": cfg["evaluation_law"], "seed": cfg["seed"]}
+    assert run_stage(corpus_cli.main, corpus_cli.build_parser(),
+                     ["--spec", json.dumps(spec), "--model-dir", str(model_dir),
+                      "--out", str(corpus), "--threads", "1"]) == 0
+    spec = {"domain": "gsm8k", "anchors": cfg["anchors"], "seed": cfg["seed"]}
+    assert run_stage(anchors_cli.main, anchors_cli.build_parser(),
+                     ["--spec", json.dumps(spec), "--corpus", str(corpus),
+                      "--out", str(anchors), "--threads", "1"]) == 0
+    return cfg, target, model_dir, corpus, anchors, out

@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-import yaml
 
 from floorgap.data.corpus import PerRowLawSampler, generate_batch
 from floorgap.sampling import SamplingLaw, inverse_cdf_sample

@@ -188,29 +188,16 @@ def test_anchor_cells_layout(measured):
 
 
 @pytest.mark.slow
-def test_cli_records_are_deterministic(smoke_target):
+def test_cli_records_are_deterministic(smoke_domain_records):
     """The stage CLI on the smoke target: one row per anchor x slot x order, byte-identical
     records from two runs, and screened-out anchors kept with their screen value."""
     import json
 
-    from floorgap import anchors as anchors_cli
-    from floorgap import corpus as corpus_cli
     from floorgap import mi as mi_cli
     from floorgap.cli import run_stage
     from floorgap.records import read_metadata, read_table, sha256_file
 
-    cfg, target, model_dir, tmp = smoke_target
-    out = tmp / "mi-records"
-    corpus, anchors = out / "corpus.parquet", out / "anchors.parquet"
-    spec = {"target": target, "domain": {"name": "gsm8k", "prompts": 2},
-            "corpus": cfg["corpus"], "law": cfg["evaluation_law"], "seed": cfg["seed"]}
-    assert run_stage(corpus_cli.main, corpus_cli.build_parser(),
-                     ["--spec", json.dumps(spec), "--model-dir", str(model_dir),
-                      "--out", str(corpus), "--threads", "1"]) == 0
-    spec = {"domain": "gsm8k", "anchors": cfg["anchors"], "seed": cfg["seed"]}
-    assert run_stage(anchors_cli.main, anchors_cli.build_parser(),
-                     ["--spec", json.dumps(spec), "--corpus", str(corpus),
-                      "--out", str(anchors), "--threads", "1"]) == 0
+    cfg, target, model_dir, corpus, anchors, out = smoke_domain_records
     gamma = int(cfg["anchors"]["gamma"])
     mi_cfg = {k: v for k, v in cfg["mi"].items() if k != "ess_gates"}
     # a threshold between the anchors' screen values puts some on each side

@@ -22,24 +22,8 @@ M = 8
 
 
 @pytest.fixture(scope="module")
-def smoke_records(smoke_target):
-    """Corpus and anchors of one smoke domain, built through the stage CLIs."""
-    from floorgap import anchors as anchors_cli
-    from floorgap import corpus as corpus_cli
-
-    cfg, target, model_dir, tmp = smoke_target
-    out = tmp / "rollout-records"
-    corpus, anchors = out / "corpus.parquet", out / "anchors.parquet"
-    spec = {"target": target, "domain": {"name": "gsm8k", "prompts": 2},
-            "corpus": cfg["corpus"], "law": cfg["evaluation_law"], "seed": cfg["seed"]}
-    assert run_stage(corpus_cli.main, corpus_cli.build_parser(),
-                     ["--spec", json.dumps(spec), "--model-dir", str(model_dir),
-                      "--out", str(corpus), "--threads", "1"]) == 0
-    spec = {"domain": "gsm8k", "anchors": cfg["anchors"], "seed": cfg["seed"]}
-    assert run_stage(anchors_cli.main, anchors_cli.build_parser(),
-                     ["--spec", json.dumps(spec), "--corpus", str(corpus),
-                      "--out", str(anchors), "--threads", "1"]) == 0
-    return cfg, target, model_dir, corpus, anchors, out
+def smoke_records(smoke_domain_records):
+    return smoke_domain_records
 
 
 @pytest.fixture(scope="module")

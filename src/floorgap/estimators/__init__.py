@@ -4,14 +4,14 @@ Each function names the paper quantity it computes; the paper's symbol is in its
 """
 
 # barycentre, floors, truncation, effective support, K-median
-from .barycentre import (  # noqa: E402
+from .barycentre import (
     Barycentre,
     normalise_weights,
     tv_barycentre,
     tv_barycentre_lp,
     tv_distance,
 )
-from .floors import (  # noqa: E402
+from .floors import (
     ReweightedFloor,
     SplitFloor,
     alternating_split,
@@ -28,13 +28,13 @@ from .floors import (  # noqa: E402
     kish_ess,
     reveal_weights,
 )
-from .kmedian import KMedian, tv_kmedian, tv_kmedian_objective  # noqa: E402
-from .support import (  # noqa: E402
+from .kmedian import KMedian, tv_kmedian, tv_kmedian_objective
+from .support import (
     EffectiveSupport,
     effective_support,
     effective_support_by_depth,
 )
-from .truncation import (  # noqa: E402
+from .truncation import (
     TopK,
     TruncatedFloor,
     renormalised_dense,
@@ -43,7 +43,7 @@ from .truncation import (  # noqa: E402
 )
 
 # aggregation, risks, serving reweighting, best response, MI recovery
-from .aggregate import (  # noqa: E402
+from .aggregate import (
     BootstrapResult,
     ClusterResample,
     bootstrap_transform,
@@ -54,7 +54,7 @@ from .aggregate import (  # noqa: E402
     prompt_bootstrap,
     weighted_ratio,
 )
-from .best_response import (  # noqa: E402
+from .best_response import (
     SingleSlotGain,
     SweepResult,
     WaterFill,
@@ -64,7 +64,7 @@ from .best_response import (  # noqa: E402
     tau_slot_decomposition,
     water_fill,
 )
-from .mi import (  # noqa: E402
+from .mi import (
     MICellLosses,
     RecoveryBootstrap,
     RecoveryEstimate,
@@ -75,7 +75,7 @@ from .mi import (  # noqa: E402
     recovery_terms,
     screen_anchors,
 )
-from .risk import (  # noqa: E402
+from .risk import (
     SelfRiskDecomposition,
     anchor_risk,
     decompose_self_risk,
@@ -86,7 +86,7 @@ from .risk import (  # noqa: E402
     warp_logits,
     warp_probs,
 )
-from .serving import (  # noqa: E402
+from .serving import (
     ServeRiskSums,
     ServingSummary,
     accept_factors,
@@ -100,3 +100,84 @@ from .serving import (  # noqa: E402
     serving_risk_sums,
     serving_summary,
 )
+
+__all__ = [
+    "Barycentre",
+    "BootstrapResult",
+    "ClusterResample",
+    "EffectiveSupport",
+    "KMedian",
+    "MICellLosses",
+    "RecoveryBootstrap",
+    "RecoveryEstimate",
+    "ReweightedFloor",
+    "SelfRiskDecomposition",
+    "ServeRiskSums",
+    "ServingSummary",
+    "SingleSlotGain",
+    "SplitFloor",
+    "SweepResult",
+    "TopK",
+    "TruncatedFloor",
+    "WaterFill",
+    "accept_factors",
+    "accepted_length",
+    "alternating_split",
+    "anchor_risk",
+    "bootstrap_transform",
+    "cluster_resample",
+    "coordinate_sweep",
+    "decompose_self_risk",
+    "dependence_ratio",
+    "effective_support",
+    "effective_support_by_depth",
+    "ess_gate_sensitivity",
+    "exact_chain_tau",
+    "expected_length",
+    "exposure",
+    "floor_by_slot",
+    "floor_order0",
+    "floor_order0_split",
+    "floor_order1_by_slot",
+    "floor_order1_plugin",
+    "floor_order1_reweighted",
+    "floor_order1_split",
+    "floor_orderm_plugin",
+    "floor_orderm_split",
+    "group_ids",
+    "hajek_mean",
+    "independent_accepted_length",
+    "joint_survival",
+    "kish_ess",
+    "marginal_acceptance",
+    "mi_cell_losses",
+    "model_gap",
+    "normalise_weights",
+    "oracle_risk",
+    "paired_difference",
+    "percentile_interval",
+    "prompt_bootstrap",
+    "reach",
+    "recovery_bootstrap",
+    "recovery_fraction",
+    "recovery_terms",
+    "renormalised_dense",
+    "reveal_weights",
+    "screen_anchors",
+    "self_risk",
+    "serving_risk_sums",
+    "serving_summary",
+    "single_slot_gain",
+    "tau_slot_decomposition",
+    "topk_sparse",
+    "truncated_floor",
+    "tv_barycentre",
+    "tv_barycentre_lp",
+    "tv_distance",
+    "tv_kmedian",
+    "tv_kmedian_objective",
+    "warp_logits",
+    "warp_probs",
+    "water_fill",
+    "weighted_ratio",
+]

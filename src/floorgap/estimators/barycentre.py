@@ -105,7 +105,7 @@ def tv_barycentre(P: torch.Tensor, weights: torch.Tensor | None = None) -> Baryc
 
 
 def _uniform_barycentre(P: torch.Tensor) -> Barycentre:
-    M, V = P.shape[-2], P.shape[-1]
+    M = P.shape[-2]
     # Sorting the contiguous transpose along its last dimension is faster than sorting
     # along dim -2 directly; only the sorted values are needed.
     srt = torch.sort(P.transpose(-1, -2).contiguous(), dim=-1).values  # [..., V, M]

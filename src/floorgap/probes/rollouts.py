@@ -73,7 +73,7 @@ def sample_block(model: Any, context_ids: list[int], *, n_paths: int, gamma: int
         raise ValueError(f"chunk_paths must lie in [1, forward_batch={forward_batch}]")
     if not 0 <= reveal_paths <= min(chunk, n_paths):
         # The revealed tokens come from the first chunk's paths, known before any later chunk.
-        raise ValueError(f"reveal_paths must lie in [0, min(chunk_paths, n_paths)]")
+        raise ValueError("reveal_paths must lie in [0, min(chunk_paths, n_paths)]")
     start_time = time.perf_counter()
     device = next(model.parameters()).device
     ctx = torch.tensor([context_ids], dtype=torch.long, device=device)
@@ -93,6 +93,7 @@ def sample_block(model: Any, context_ids: list[int], *, n_paths: int, gamma: int
         cache = copy.deepcopy(prefix_cache)
         cache.batch_repeat_interleave(forward_batch)
         p = p0.expand(forward_batch, vocab)
+        z = torch.empty(0, dtype=torch.long, device=device)  # the previous slot's tokens
         for k in range(gamma):
             if k > 0:
                 if revealed is not None:
