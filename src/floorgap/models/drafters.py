@@ -1,0 +1,577 @@
+"""Block drafters over a frozen Hugging Face target: DFlash (order 0), DSpark (order 1) and the
+prefix-attention head (order 1, paper Sec. 4 and App. H.1/H.2).
+
+Every drafter proposes a block of ``gamma`` tokens Z_0..Z_{gamma-1} that follow the committed
+token c (the last token the target has accepted or sampled). Its context X is the committed
+prefix, seen through the target's hidden states at a few *tap* layers (``target_features``).
+The token embedding E and the output head of the target are shared with the drafter: they are
+passed in, frozen, and never copied or registered as drafter parameters, so ``parameters()`` and
+``state_dict()`` hold only the drafter's own weights (the shared modules follow the target's
+device and dtype; the drafter casts at the boundary).
+
+Shapes: B batch, T prefix length (right-aligned; ``prefix_mask`` marks real positions),
+G = gamma, D drafter width (= target hidden size, because the head is shared), F = n_taps * H,
+V vocabulary, K = nominate_k, W head width, P predecessor hypotheses per slot.
+
+Kinds
+-----
+``dflash``  Parallel backbone; q_k = softmax(u_k), a function of X only.
+``dspark``  Same backbone + low-rank Markov correction  l_k = u_k + B(A[z_{k-1}]) + confidence.
+``prefix_attention``  Same backbone (optionally with short convolutions and slot embeddings)
+            + the head  l_k(X, a) = u_k(X) + B f_head(x_{k,a}, H_X)  + confidence; at inference
+            the proposal lives on the top-K nominations of u_k (``propose``/``draft``).
+
+Common API (used by training and evaluation)
+--------------------------------------------
+``forward(features, committed, block_tokens, prefix_mask) -> DrafterOutput``  teacher forcing:
+    the predecessor of slot k is block_tokens[:, k-1], of slot 0 the committed token.
+``loss(output, target_probs, block_tokens) -> (loss, parts)``.
+``propose(features, committed, predecessors, prefix_mask) -> logits [B, G, V]``  the proposal
+    for given predecessors (oracle mode); q_k = softmax(logits_k / temperature).
+``draft(features, committed, prefix_mask, temperature, generator) -> Draft``  self mode: the
+    drafter's own left-to-right chain and the proposals it was drawn from.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+KINDS = ("dflash", "dspark", "prefix_attention")
+ORDER = {"dflash": 0, "dspark": 1, "prefix_attention": 1}
+
+
+def even_taps(n_layers: int, k: int) -> list[int]:
+    """``k`` tap layers (0-based decoder-layer indices) spread evenly over ``[1, n_layers - 3]``.
+
+    Rounds half up. For 36 layers and k = 5 this is Qwen3-4B's ``[1, 9, 17, 25, 33]``; for
+    SmolLM2's 30 layers it is ``[1, 8, 14, 21, 27]``. Shallow targets clamp into range.
+    """
+    if n_layers < 1 or k < 1:
+        raise ValueError(f"need n_layers >= 1 and k >= 1, got {n_layers}, {k}")
+    start = min(1, n_layers - 1)
+    end = max(start, n_layers - 3)
+    if k == 1:
+        return [int(math.floor((start + end) / 2 + 0.5))]
+    span = end - start
+    return [int(math.floor(start + i * span / (k - 1) + 0.5)) for i in range(k)]
+
+
+@dataclass
+class DrafterConfig:
+    kind: str = "dflash"
+    gamma: int = 7
+    hidden_size: int = 2560          # drafter width D; must equal the target's hidden size
+    n_layers: int = 5
+    n_heads: int = 32
+    head_dim: int | None = None      # default hidden_size // n_heads
+    intermediate_size: int = 9728    # backbone SwiGLU width
+    taps: list[int] = field(default_factory=lambda: [1, 9, 17, 25, 33])
+    target_hidden: int | None = None  # width of one tap feature (filled by build_drafter)
+    vocab_size: int | None = None     # filled by build_drafter
+    mask_token_id: int | None = None  # default: vocab_size - 1
+    markov_rank: int = 256
+    head_width: int = 512
+    head_heads: int = 4
+    head_mlp: int = 2048
+    head_out_scale: float = 0.35
+    short_conv: bool = False
+    slot_embeddings: bool = False
+    nominate_k: int = 16
+    rms_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    init_std: float = 0.02
+    # objective
+    slot_decay: float = 4.0          # slot weights exp(-k / slot_decay)
+    tv_weight: float = 1.0
+    conf_weight: float = 0.1
+    nom_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown drafter kind {self.kind!r}; expected one of {KINDS}")
+        if self.gamma < 1:
+            raise ValueError("gamma must be >= 1")
+        self.taps = [int(t) for t in self.taps]
+
+    @property
+    def order(self) -> int:
+        return ORDER[self.kind]
+
+
+@dataclass
+class DrafterOutput:
+    logits: Tensor                     # [B, G, V]; order-1 kinds: conditioned on block tokens
+    base_logits: Tensor                # [B, G, V]; u_k(X)
+    confidence: Tensor | None = None   # [B, G] in (0, 1)
+    nomination_logits: Tensor | None = None  # [B, G, V]; logits nominating candidates (= u_k)
+
+
+@dataclass
+class Draft:
+    tokens: Tensor   # [B, G] the drafted chain
+    logits: Tensor   # [B, G, V] proposal logits of slot k given tokens[:, k-1] (slot 0: committed)
+
+
+# --------------------------------------------------------------------------- building blocks
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6, init: float = 1.0) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.full((dim,), float(init)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        var = x.float().pow(2).mean(-1, keepdim=True)
+        return (x.float() * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.gate = nn.Linear(dim, hidden, bias=False)
+        self.up = nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class ShortConv(nn.Module):
+    """Two-tap data-dependent convolution along the block (App. H.2):
+    Conv(x)_j = (b0 + c0(x_j)) * x_j + (b1 + c1(x_j)) * x_{j-1},  x_{-1} = 0.
+
+    c0, c1 are linear maps (one fused ``D -> 2D`` layer) initialised to zero, b0 = 1, b1 = 0,
+    so a fresh module is the identity.
+    """
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.gates = nn.Linear(dim, 2 * dim, bias=False)
+        nn.init.zeros_(self.gates.weight)
+        self.b0 = nn.Parameter(torch.ones(dim))
+        self.b1 = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: Tensor) -> Tensor:          # x [B, G, D]
+        c0, c1 = self.gates(x).chunk(2, dim=-1)       # [B, G, D] each
+        prev = F.pad(x, (0, 0, 1, 0))[:, :-1]         # x_{j-1}, zero at j = 0
+        return (self.b0 + c0) * x + (self.b1 + c1) * prev
+
+
+def rotate(x: Tensor, pos: Tensor, theta: float) -> Tensor:
+    """Rotary position embedding. x [B, h, L, d], pos [B, L] (integer positions)."""
+    d = x.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
+    ang = pos.float()[:, None, :, None] * inv            # [B, 1, L, d/2]
+    cos, sin = ang.cos(), ang.sin()
+    x1, x2 = x.float()[..., : d // 2], x.float()[..., d // 2:]
+    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    return out.to(x.dtype)
+
+
+class BlockLayer(nn.Module):
+    """One decoder layer over the block. Keys/values of the fused prefix features are
+    prepended in every layer; each block position sees every real prefix position and the whole
+    block (bidirectional). Optional short convolutions wrap the attention sublayer: one on its
+    normalised input (pre) and one on its output before the residual add (post)."""
+
+    def __init__(self, cfg: DrafterConfig) -> None:
+        super().__init__()
+        d, nh = cfg.hidden_size, cfg.n_heads
+        hd = cfg.head_dim or d // nh
+        self.nh, self.hd, self.theta = nh, hd, cfg.rope_theta
+        self.attn_norm = RMSNorm(d, cfg.rms_eps)
+        self.q = nn.Linear(d, nh * hd, bias=False)
+        self.k = nn.Linear(d, nh * hd, bias=False)
+        self.v = nn.Linear(d, nh * hd, bias=False)
+        self.o = nn.Linear(nh * hd, d, bias=False)
+        self.q_norm = RMSNorm(hd, cfg.rms_eps)
+        self.k_norm = RMSNorm(hd, cfg.rms_eps)
+        self.mlp_norm = RMSNorm(d, cfg.rms_eps)
+        self.mlp = SwiGLU(d, cfg.intermediate_size)
+        self.conv_pre = ShortConv(d) if cfg.short_conv else None
+        self.conv_post = ShortConv(d) if cfg.short_conv else None
+
+    def forward(self, h: Tensor, ctx: Tensor, pos: Tensor, mask: Tensor) -> Tensor:
+        # h [B, G, D]; ctx [B, T, D]; pos [B, T + G]; mask [B, 1, G, T + G] (True = attend)
+        b, g, _ = h.shape
+        x = self.attn_norm(h)
+        if self.conv_pre is not None:
+            x = self.conv_pre(x)
+        kv_in = torch.cat([ctx, x], dim=1)                                   # [B, T+G, D]
+        q = self.q_norm(self.q(x).view(b, g, self.nh, self.hd)).transpose(1, 2)
+        k = self.k_norm(self.k(kv_in).view(b, -1, self.nh, self.hd)).transpose(1, 2)
+        v = self.v(kv_in).view(b, -1, self.nh, self.hd).transpose(1, 2)      # [B, h, T+G, hd]
+        t = ctx.shape[1]
+        q = rotate(q, pos[:, t:], self.theta)
+        k = rotate(k, pos, self.theta)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)         # [B, h, G, hd]
+        a = self.o(a.transpose(1, 2).reshape(b, g, -1))
+        if self.conv_post is not None:
+            a = self.conv_post(a)
+        h = h + a
+        return h + self.mlp(self.mlp_norm(h))
+
+
+class _Shared:
+    """Holds the target's embedding and output head without registering them as submodules."""
+
+    def __init__(self, embed: nn.Module, head: nn.Module) -> None:
+        self.embed = embed
+        self.head = head
+
+
+class Backbone(nn.Module):
+    """Feature fusion + block decoder. Returns the final normalised block states h [B, G, D]
+    and the fused prefix features [B, T, D]."""
+
+    def __init__(self, cfg: DrafterConfig) -> None:
+        super().__init__()
+        assert cfg.target_hidden is not None
+        d = cfg.hidden_size
+        self.cfg = cfg
+        self.fc = nn.Linear(len(cfg.taps) * cfg.target_hidden, d, bias=False)
+        self.ctx_norm = RMSNorm(d, cfg.rms_eps)
+        self.layers = nn.ModuleList(BlockLayer(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(d, cfg.rms_eps)
+        self.slot_emb = nn.Parameter(torch.zeros(cfg.gamma, d)) if cfg.slot_embeddings else None
+
+    def forward(self, features: Tensor, block_in: Tensor, prefix_mask: Tensor) -> tuple[Tensor, Tensor]:
+        # features [B, T, F]; block_in [B, G, D] (E(c), E(mask), ...); prefix_mask [B, T] bool
+        b, t, _ = features.shape
+        g = block_in.shape[1]
+        ctx = self.ctx_norm(self.fc(features.to(self.fc.weight.dtype)))      # [B, T, D]
+        h = block_in
+        if self.slot_emb is not None:
+            h = h + self.slot_emb[:g]
+        # positions: prefix 0..L-1 at its real slots, the committed token at L, slot j at L + j
+        ctx_pos = (prefix_mask.long().cumsum(-1) - 1).clamp(min=0)            # [B, T]
+        n = prefix_mask.long().sum(-1, keepdim=True)                          # [B, 1]
+        blk_pos = n + torch.arange(g, device=features.device)                 # [B, G]
+        pos = torch.cat([ctx_pos, blk_pos], dim=1)                            # [B, T + G]
+        keep = torch.cat([prefix_mask.bool(), prefix_mask.new_ones(b, g, dtype=torch.bool)], 1)
+        mask = keep[:, None, None, :].expand(b, 1, g, t + g)                  # [B, 1, G, T+G]
+        for layer in self.layers:
+            h = layer(h, ctx, pos, mask)
+        return self.norm(h), ctx
+
+
+class PrefixHead(nn.Module):
+    """f_head(x_{k,a}, H_X): x = W_in [N_e(E(a)); N_h(h_k)]; one attention read of the
+    committed prefix (keys/values from the fused features, shared across hypotheses); SwiGLU;
+    output RMS scale (init ``head_out_scale``). The output map B (V x W) is ``self.out``."""
+
+    def __init__(self, cfg: DrafterConfig, embed_dim: int) -> None:
+        super().__init__()
+        d, w, nh = cfg.hidden_size, cfg.head_width, cfg.head_heads
+        if w % nh:
+            raise ValueError("head_width must be divisible by head_heads")
+        self.nh, self.hd = nh, w // nh
+        self.norm_e = RMSNorm(embed_dim, cfg.rms_eps)
+        self.norm_h = RMSNorm(d, cfg.rms_eps)
+        self.norm_c = RMSNorm(d, cfg.rms_eps)
+        self.w_in = nn.Linear(embed_dim + d, w, bias=False)
+        self.attn_norm = RMSNorm(w, cfg.rms_eps)
+        self.q = nn.Linear(w, w, bias=False)
+        self.k = nn.Linear(d, w, bias=False)
+        self.v = nn.Linear(d, w, bias=False)
+        self.o = nn.Linear(w, w, bias=False)
+        self.mlp_norm = RMSNorm(w, cfg.rms_eps)
+        self.mlp = SwiGLU(w, cfg.head_mlp)
+        self.out_norm = RMSNorm(w, cfg.rms_eps, init=cfg.head_out_scale)
+        self.out = nn.Linear(w, cfg.vocab_size, bias=False)                   # B: [V, W]
+
+    def forward(self, e: Tensor, h: Tensor, ctx: Tensor, prefix_mask: Tensor) -> Tensor:
+        # e [B, G, P, E] predecessor embeddings; h [B, G, D]; ctx [B, T, D] -> [B, G, P, W]
+        b, g, p, _ = e.shape
+        hn = self.norm_h(h)[:, :, None, :].expand(b, g, p, h.shape[-1])
+        x = self.w_in(torch.cat([self.norm_e(e), hn], dim=-1))                 # [B, G, P, W]
+        c = self.norm_c(ctx)
+        k = self.k(c).view(b, -1, self.nh, self.hd).transpose(1, 2)           # [B, h, T, hd]
+        v = self.v(c).view(b, -1, self.nh, self.hd).transpose(1, 2)
+        q = self.q(self.attn_norm(x)).view(b, g * p, self.nh, self.hd).transpose(1, 2)
+        mask = prefix_mask.bool()[:, None, None, :]                           # [B, 1, 1, T]
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)          # [B, h, G*P, hd]
+        x = x + self.o(a.transpose(1, 2).reshape(b, g, p, -1))
+        x = x + self.mlp(self.mlp_norm(x))
+        return self.out_norm(x)
+
+
+# --------------------------------------------------------------------------- the drafter
+
+
+def _pick(logits: Tensor, temperature: float, generator: torch.Generator | None) -> Tensor:
+    """Greedy (temperature 0) or sampled index from logits [B, N] -> [B]."""
+    if temperature <= 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+class Drafter(nn.Module):
+    def __init__(self, cfg: DrafterConfig, embed: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        if cfg.vocab_size is None or cfg.target_hidden is None or cfg.mask_token_id is None:
+            raise ValueError("vocab_size, target_hidden and mask_token_id must be set "
+                             "(build_drafter fills them from the target)")
+        self.cfg = cfg
+        self._shared = _Shared(embed, head)
+        for p in list(embed.parameters()) + list(head.parameters()):
+            p.requires_grad_(False)
+        embed_dim = embed.weight.shape[1]
+        d = cfg.hidden_size
+        self.backbone = Backbone(cfg)
+        self.markov_a = self.markov_b = self.head = None
+        self.confidence = None
+        if cfg.kind == "dspark":
+            self.markov_a = nn.Embedding(cfg.vocab_size, cfg.markov_rank)     # A: [V, r]
+            self.markov_b = nn.Linear(cfg.markov_rank, cfg.vocab_size, bias=False)  # B: [V, r]
+            self.confidence = nn.Linear(d + cfg.markov_rank, 1)
+        elif cfg.kind == "prefix_attention":
+            self.head = PrefixHead(cfg, embed_dim)
+            self.confidence = nn.Linear(d + cfg.head_width, 1)
+        self.apply(self._init)
+        if self.markov_b is not None:
+            nn.init.zeros_(self.markov_b.weight)  # untrained Markov head == backbone
+
+    def _init(self, m: nn.Module) -> None:
+        # Module.apply visits children first, so a ShortConv re-zeroes its gates afterwards.
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=self.cfg.init_std)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+        if isinstance(m, ShortConv):
+            nn.init.zeros_(m.gates.weight)
+
+    # ---- shared target pieces
+    def embed(self, ids: Tensor) -> Tensor:
+        return self._shared.embed(ids).to(self.backbone.fc.weight.dtype)
+
+    def lm_head(self, h: Tensor) -> Tensor:
+        w = self._shared.head.weight
+        return self._shared.head(h.to(w.dtype)).float()
+
+    # ---- passes
+    def _block(self, features: Tensor, committed: Tensor, prefix_mask: Tensor | None
+               ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Backbone pass: (h [B,G,D], ctx [B,T,D], base logits u [B,G,V], prefix_mask)."""
+        b, t, _ = features.shape
+        if prefix_mask is None:
+            prefix_mask = torch.ones(b, t, dtype=torch.bool, device=features.device)
+        g = self.cfg.gamma
+        ids = torch.full((b, g), self.cfg.mask_token_id, dtype=torch.long, device=features.device)
+        ids[:, 0] = committed.view(b)
+        h, ctx = self.backbone(features, self.embed(ids), prefix_mask)
+        return h, ctx, self.lm_head(h), prefix_mask
+
+    @staticmethod
+    def _shift(committed: Tensor, tokens: Tensor, g: int) -> Tensor:
+        """Predecessors of slots 0..G-1: [committed, tokens[:, 0], ..., tokens[:, G-2]]."""
+        return torch.cat([committed.view(-1, 1), tokens[:, : g - 1]], dim=1)
+
+    def _order1(self, h: Tensor, ctx: Tensor, u: Tensor, pm: Tensor, pred: Tensor
+                ) -> tuple[Tensor, Tensor, Tensor]:
+        """Full-vocabulary order-1 logits for one predecessor per slot. pred [B, G].
+        Returns (logits [B,G,V], confidence [B,G], head features [B,G,W] or None)."""
+        if self.cfg.kind == "dspark":
+            a = self.markov_a(pred)                                          # [B, G, r]
+            logits = u + self.markov_b(a).float()
+            conf = torch.sigmoid(self.confidence(torch.cat([h, a], -1)).squeeze(-1))
+            return logits, conf, None
+        f = self.head(self.embed(pred)[:, :, None], h, ctx, pm)[:, :, 0]      # [B, G, W]
+        logits = u + self.head.out(f).float()
+        conf = torch.sigmoid(self.confidence(torch.cat([h, f], -1)).squeeze(-1))
+        return logits, conf, f
+
+    def forward(self, features: Tensor, committed: Tensor, block_tokens: Tensor | None = None,
+                prefix_mask: Tensor | None = None) -> DrafterOutput:
+        """Teacher-forced pass. features [B, T, F]; committed [B]; block_tokens [B, G]."""
+        h, ctx, u, pm = self._block(features, committed, prefix_mask)
+        if self.cfg.kind == "dflash":
+            return DrafterOutput(logits=u, base_logits=u)
+        if block_tokens is None:
+            raise ValueError(f"{self.cfg.kind} needs block_tokens (predecessors) in forward")
+        pred = self._shift(committed, block_tokens, self.cfg.gamma)
+        logits, conf, _ = self._order1(h, ctx, u, pm, pred)
+        nom = u if self.cfg.kind == "prefix_attention" else None
+        return DrafterOutput(logits=logits, base_logits=u, confidence=conf, nomination_logits=nom)
+
+    # ---- prefix-attention inference on the nominated lattice
+    def _pair_scores(self, h: Tensor, ctx: Tensor, u: Tensor, pm: Tensor, pred: Tensor,
+                     succ: Tensor) -> Tensor:
+        """Scores l_k(X, a)_v for predecessor hypotheses pred [B, G, P] and nominated successors
+        succ [B, G, K]: u_k[v] + B_v . f_head(x_{k,a}) -> [B, G, P, K]."""
+        f = self.head(self.embed(pred), h, ctx, pm)                          # [B, G, P, W]
+        bw = self.head.out.weight[succ]                                       # [B, G, K, W]
+        corr = torch.einsum("bgpw,bgkw->bgpk", f, bw.to(f.dtype)).float()
+        return u.gather(-1, succ)[:, :, None, :] + corr
+
+    def _scatter(self, scores: Tensor, succ: Tensor) -> Tensor:
+        """Scores over nominated successors [B, G, K] -> logits [B, G, V], -inf elsewhere."""
+        out = torch.full((*succ.shape[:2], self.cfg.vocab_size), float("-inf"),
+                         device=scores.device, dtype=scores.dtype)
+        return out.scatter(-1, succ, scores)
+
+    @torch.no_grad()
+    def propose(self, features: Tensor, committed: Tensor, predecessors: Tensor | None = None,
+                prefix_mask: Tensor | None = None) -> Tensor:
+        """Proposal logits [B, G, V] for given predecessors (oracle mode).
+
+        ``predecessors[:, j]`` is the predecessor of slot j + 1 (the target's realised Z_j);
+        slot 0's predecessor is ``committed``. A [B, G] block may be passed as is (its last
+        column is unused). The proposal is q_k = softmax(logits_k / temperature). For the
+        prefix-attention kind the logits are -inf outside the top-K nominations of u_k, so q_k
+        is normalised over the nominated successors and zero elsewhere. DFlash ignores the
+        predecessors.
+        """
+        h, ctx, u, pm = self._block(features, committed, prefix_mask)
+        if self.cfg.kind == "dflash":
+            return u
+        if predecessors is None:
+            raise ValueError(f"{self.cfg.kind} needs predecessors")
+        pred = self._shift(committed, predecessors, self.cfg.gamma)
+        if self.cfg.kind == "dspark":
+            return self._order1(h, ctx, u, pm, pred)[0]
+        succ = u.topk(self.cfg.nominate_k, dim=-1).indices                    # [B, G, K]
+        scores = self._pair_scores(h, ctx, u, pm, pred[:, :, None], succ)[:, :, 0]
+        return self._scatter(scores, succ)
+
+    @torch.no_grad()
+    def draft(self, features: Tensor, committed: Tensor, prefix_mask: Tensor | None = None,
+              temperature: float = 1.0, generator: torch.Generator | None = None) -> Draft:
+        """Self mode: draw the chain left to right from the drafter's own proposals.
+
+        Temperature 0 is greedy (per-slot argmax given the chosen predecessor; not a global
+        Viterbi path); otherwise each slot samples from softmax(logits / temperature) with
+        ``generator``. DFlash samples slots independently from one parallel pass. DSpark adds
+        B(A[z_{k-1}]) for its own previous token. The prefix-attention kind nominates the
+        top-K of u_k per slot, scores all (slot k-1 candidate, slot k candidate) pairs in one
+        head pass (slot 0 against the committed token), and walks the lattice: the chosen
+        token of slot k-1 selects the row of conditional scores used at slot k.
+        Returns the tokens and, per slot, the logits of the proposal that drew them.
+        """
+        h, ctx, u, pm = self._block(features, committed, prefix_mask)
+        b, g = u.shape[:2]
+        if self.cfg.kind == "dflash":
+            tokens = torch.stack([_pick(u[:, k], temperature, generator) for k in range(g)], 1)
+            return Draft(tokens=tokens, logits=u)
+        if self.cfg.kind == "dspark":
+            tokens, rows, prev = [], [], committed.view(b)
+            for k in range(g):
+                row = u[:, k] + self.markov_b(self.markov_a(prev)).float()
+                prev = _pick(row, temperature, generator)
+                tokens.append(prev)
+                rows.append(row)
+            return Draft(tokens=torch.stack(tokens, 1), logits=torch.stack(rows, 1))
+        kk = self.cfg.nominate_k
+        succ = u.topk(kk, dim=-1).indices                                     # [B, G, K]
+        # predecessor hypotheses: slot 0 -> committed (repeated), slot k -> slot k-1's nominees
+        pred = torch.cat([committed.view(b, 1, 1).expand(b, 1, kk), succ[:, :-1]], dim=1)
+        scores = self._pair_scores(h, ctx, u, pm, pred, succ)                 # [B, G, K, K]
+        ar = torch.arange(b, device=u.device)
+        row_idx = torch.zeros(b, dtype=torch.long, device=u.device)
+        tokens, rows = [], []
+        for k in range(g):
+            row = scores[ar, k, row_idx]                                      # [B, K]
+            j = _pick(row, temperature, generator)
+            tokens.append(succ[ar, k, j])
+            rows.append(row)
+            row_idx = j
+        logits = self._scatter(torch.stack(rows, 1), succ)
+        return Draft(tokens=torch.stack(tokens, 1), logits=logits)
+
+    # ---- objective
+    def slot_weights(self, g: int, device: Any = None) -> Tensor:
+        k = torch.arange(g, device=device, dtype=torch.float32)
+        return torch.exp(-k / self.cfg.slot_decay)
+
+    def loss(self, output: DrafterOutput, target_probs: Tensor | None, block_tokens: Tensor
+             ) -> tuple[Tensor, dict[str, float]]:
+        """Slot-weighted objective (weights exp(-k/4), normalised to sum 1; batch mean).
+
+        dflash: cross-entropy of the realised tokens.
+        dspark: CE + tv_weight * TV(softmax(logits), p_k) over the full vocabulary
+                + conf_weight * BCE(confidence, 1 - TV) with the TV detached (the confidence
+                predicts the expected acceptance of the slot's proposal).
+        prefix_attention: the dspark terms on l_k plus nom_weight * L_nom on u_k, where S_k is
+                the target's top-``nominate_k`` tokens and p_nom its renormalised mass on S_k.
+        """
+        logits = output.logits.float()
+        b, g, v = logits.shape
+        w = self.slot_weights(g, logits.device)
+        w = w / w.sum()
+
+        def reduce(x: Tensor) -> Tensor:                                      # [B, G] -> []
+            return (x * w).sum(-1).mean()
+
+        ce = F.cross_entropy(logits.reshape(-1, v), block_tokens.reshape(-1),
+                             reduction="none").view(b, g)
+        total = reduce(ce)
+        parts = {"ce": float(total.detach())}
+        if self.cfg.kind != "dflash":
+            if target_probs is None:
+                raise ValueError(f"{self.cfg.kind} loss needs target_probs")
+            p = target_probs.float()
+            tv = 0.5 * (torch.softmax(logits, -1) - p).abs().sum(-1)          # [B, G]
+            l_tv = reduce(tv)
+            conf = output.confidence.float().clamp(1e-6, 1 - 1e-6)
+            l_conf = reduce(F.binary_cross_entropy(conf, (1 - tv).detach(), reduction="none"))
+            total = total + self.cfg.tv_weight * l_tv + self.cfg.conf_weight * l_conf
+            parts.update(tv=float(l_tv.detach()), conf=float(l_conf.detach()))
+        if self.cfg.kind == "prefix_attention":
+            top, idx = target_probs.float().topk(self.cfg.nominate_k, dim=-1)   # [B, G, K]
+            p_nom = top / top.sum(-1, keepdim=True).clamp_min(1e-12)
+            logq = torch.log_softmax(output.base_logits.float(), -1).gather(-1, idx)
+            l_nom = reduce(-(p_nom * logq).sum(-1))
+            total = total + self.cfg.nom_weight * l_nom
+            parts["nom"] = float(l_nom.detach())
+        parts["loss"] = float(total.detach())
+        return total, parts
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def build_drafter(config: DrafterConfig, target_model: nn.Module) -> Drafter:
+    """A drafter sharing ``target_model``'s input embedding and output head (frozen)."""
+    embed = target_model.get_input_embeddings()
+    head = target_model.get_output_embeddings()
+    tcfg = target_model.config
+    n_layers = int(tcfg.num_hidden_layers)
+    bad = [t for t in config.taps if not 0 <= t < n_layers]
+    if bad:
+        raise ValueError(f"tap layers {bad} outside the target's {n_layers} layers")
+    vocab = int(head.weight.shape[0])
+    hidden = int(tcfg.hidden_size)
+    if config.hidden_size != hidden:
+        raise ValueError(f"drafter hidden_size {config.hidden_size} must equal the target's "
+                         f"hidden size {hidden} (the output head is shared)")
+    cfg = replace(config, target_hidden=config.target_hidden or hidden, vocab_size=vocab,
+                  mask_token_id=config.mask_token_id if config.mask_token_id is not None
+                  else vocab - 1)
+    model = Drafter(cfg, embed, head)
+    return model.to(device=embed.weight.device)
+
+
+@torch.no_grad()
+def target_features(target_model: nn.Module, input_ids: Tensor, attention_mask: Tensor,
+                    taps: list[int]) -> Tensor:
+    """Concatenated hidden states at ``taps`` -> [B, T, n_taps * H].
+
+    Tap t is the output of decoder layer t (0-based), i.e. ``hidden_states[t + 1]`` of one
+    forward of the decoder with ``output_hidden_states=True`` (the output head is not run).
+    In transformers the last entry is after the final norm. Positions follow the attention
+    mask, so left-padded (right-aligned) prefixes get the same positions as unpadded ones.
+    """
+    decoder = target_model.get_decoder() if hasattr(target_model, "get_decoder") else target_model
+    pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos,
+                  output_hidden_states=True, use_cache=False)
+    hs = out.hidden_states
+    return torch.cat([hs[t + 1] for t in taps], dim=-1)

@@ -1,0 +1,211 @@
+"""Drafter architectures (DFlash, DSpark, prefix-attention head) over a tiny random Llama."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from floorgap.models.drafters import (
+    DrafterConfig,
+    DrafterOutput,
+    build_drafter,
+    even_taps,
+    target_features,
+)
+
+transformers = pytest.importorskip("transformers")
+
+V, H, G, T, B = 96, 32, 4, 6, 2
+KINDS = ("dflash", "dspark", "prefix_attention")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def target():
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=64,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, tie_word_embeddings=False)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def config(kind: str, **kw) -> DrafterConfig:
+    base = dict(kind=kind, gamma=G, hidden_size=H, n_layers=1, n_heads=4, intermediate_size=64,
+                taps=[0, 1], mask_token_id=V - 1, markov_rank=8, head_width=16, head_heads=2,
+                head_mlp=32, nominate_k=5)
+    if kind == "prefix_attention":
+        base.update(short_conv=True, slot_embeddings=True)
+    base.update(kw)
+    return DrafterConfig(**base)
+
+
+def make(kind: str, target, seed: int = 1, **kw):
+    torch.manual_seed(seed)
+    return build_drafter(config(kind, **kw), target)
+
+
+@pytest.fixture(scope="module")
+def batch(target):
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, V - 1, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[1, :2] = 0                                     # right-aligned second prefix
+    feats = target_features(target, ids, mask, [0, 1])
+    committed = torch.randint(0, V - 1, (B,), generator=g)
+    block = torch.randint(0, V - 1, (B, G), generator=g)
+    probs = torch.softmax(3 * torch.randn(B, G, V, generator=g), -1)
+    return feats, mask.bool(), committed, block, probs
+
+
+def test_even_taps():
+    assert even_taps(36, 5) == [1, 9, 17, 25, 33]
+    assert even_taps(30, 5) == [1, 8, 14, 21, 27]
+    assert even_taps(2, 2) == [1, 1]
+
+
+def test_target_features_shape_and_padding(target, batch):
+    feats, mask, *_ = batch
+    assert feats.shape == (B, T, 2 * H)
+    # a left-padded prefix gives the same features as the unpadded one at real positions
+    ids = torch.randint(0, V - 1, (1, 4))
+    plain = target_features(target, ids, torch.ones(1, 4, dtype=torch.long), [1])
+    padded_ids = torch.cat([torch.zeros(1, 2, dtype=torch.long), ids], 1)
+    padded = target_features(target, padded_ids, torch.tensor([[0, 0, 1, 1, 1, 1]]), [1])
+    torch.testing.assert_close(padded[:, 2:], plain, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_shapes(kind, target, batch):
+    feats, mask, committed, block, _ = batch
+    model = make(kind, target)
+    out = model(feats, committed, block, prefix_mask=mask)
+    assert isinstance(out, DrafterOutput)
+    assert out.logits.shape == out.base_logits.shape == (B, G, V)
+    assert torch.isfinite(out.logits).all()
+    if kind == "dflash":
+        assert out.confidence is None and out.nomination_logits is None
+    else:
+        assert out.confidence.shape == (B, G)
+        assert ((out.confidence > 0) & (out.confidence < 1)).all()
+    assert (out.nomination_logits is not None) == (kind == "prefix_attention")
+    d = model.draft(feats, committed, prefix_mask=mask, temperature=1.0,
+                    generator=torch.Generator().manual_seed(0))
+    assert d.tokens.shape == (B, G) and d.logits.shape == (B, G, V)
+    assert model.propose(feats, committed, block, prefix_mask=mask).shape == (B, G, V)
+
+
+def test_trainable_parameters_exclude_shared(target):
+    model = make("prefix_attention", target)
+    names = [n for n, _ in model.named_parameters()]
+    assert names and not any("embed" in n or "lm_head" in n for n in names)
+    shared = {id(p) for p in target.parameters()}
+    assert not any(id(p) in shared for p in model.parameters())
+
+
+def test_dflash_independent_of_block_tokens(target, batch):
+    feats, mask, committed, block, _ = batch
+    model = make("dflash", target)
+    a = model(feats, committed, block, prefix_mask=mask).logits
+    b = model(feats, committed, torch.randint(0, V, (B, G)), prefix_mask=mask).logits
+    torch.testing.assert_close(a, b)
+    torch.testing.assert_close(model.propose(feats, committed, block, prefix_mask=mask), a)
+
+
+def test_dspark_zero_markov_head_is_predecessor_free(target, batch):
+    feats, mask, committed, block, _ = batch
+    model = make("dspark", target)
+    assert torch.count_nonzero(model.markov_b.weight) == 0
+    other = torch.randint(0, V - 1, (B, G))
+    a = model.propose(feats, committed, block, prefix_mask=mask)
+    b = model.propose(feats, committed, other, prefix_mask=mask)
+    torch.testing.assert_close(a, b)                    # R^self = R^oracle: zero exposure
+    d = model.draft(feats, committed, prefix_mask=mask, temperature=1.0,
+                    generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(d.logits, a)
+    with torch.no_grad():
+        model.markov_b.weight.normal_()
+    c = model.propose(feats, committed, other, prefix_mask=mask)
+    assert not torch.allclose(model.propose(feats, committed, block, prefix_mask=mask), c)
+    # forward (teacher forcing) agrees with propose for the same predecessors
+    torch.testing.assert_close(model(feats, committed, other, prefix_mask=mask).logits, c)
+
+
+def test_dspark_draft_is_reproducible(target, batch):
+    feats, mask, committed, *_ = batch
+    model = make("dspark", target)
+    with torch.no_grad():
+        model.markov_b.weight.normal_()
+    d1 = model.draft(feats, committed, mask, 1.0, torch.Generator().manual_seed(5))
+    d2 = model.draft(feats, committed, mask, 1.0, torch.Generator().manual_seed(5))
+    assert torch.equal(d1.tokens, d2.tokens)
+    # self mode: slot k's logits are the oracle-mode logits given the drafted predecessors
+    torch.testing.assert_close(d1.logits, model.propose(feats, committed, d1.tokens, mask))
+    g = model.draft(feats, committed, mask, temperature=0.0)
+    assert torch.equal(g.tokens, g.logits.argmax(-1))
+
+
+def test_prefix_head_init_and_proposal(target, batch):
+    feats, mask, committed, block, _ = batch
+    model = make("prefix_attention", target)
+    assert torch.allclose(model.head.out_norm.weight, torch.full((16,), 0.35))
+    u = model(feats, committed, block, prefix_mask=mask).base_logits
+    nominated = torch.zeros(B, G, V, dtype=torch.bool).scatter(-1, u.topk(5, -1).indices, True)
+    for logits in (model.propose(feats, committed, block, prefix_mask=mask),
+                   model.draft(feats, committed, mask, 1.0,
+                               torch.Generator().manual_seed(0)).logits):
+        q = torch.softmax(logits, -1)
+        torch.testing.assert_close(q.sum(-1), torch.ones(B, G))
+        assert (q[~nominated] == 0).all()
+        assert (q[nominated] > 0).all()
+    d = model.draft(feats, committed, mask, temperature=0.0)
+    assert nominated.gather(-1, d.tokens[..., None]).all()
+    # the lattice walk's row for slot k equals the oracle proposal given its own chain
+    torch.testing.assert_close(d.logits, model.propose(feats, committed, d.tokens, mask))
+    # the head depends on the predecessor
+    other = (block + 1) % (V - 1)
+    assert not torch.allclose(model(feats, committed, block, prefix_mask=mask).logits,
+                              model(feats, committed, other, prefix_mask=mask).logits)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_loss_decreases_and_shared_frozen(kind, target, batch):
+    feats, mask, committed, block, probs = batch
+    model = make(kind, target)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    first = None
+    for _ in range(20):
+        out = model(feats, committed, block, prefix_mask=mask)
+        loss, parts = model.loss(out, probs, block)
+        assert torch.isfinite(loss) and all(map(lambda x: x == x, parts.values()))
+        first = parts["loss"] if first is None else first
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    last = model.loss(model(feats, committed, block, prefix_mask=mask), probs, block)[1]
+    assert last["loss"] < first
+    expected = {"dflash": {"ce"}, "dspark": {"ce", "tv", "conf"},
+                "prefix_attention": {"ce", "tv", "conf", "nom"}}[kind]
+    assert expected | {"loss"} == set(parts)
+    assert target.get_input_embeddings().weight.grad is None
+    assert target.get_output_embeddings().weight.grad is None
+
+
+def test_config_rejects_bad_input(target):
+    with pytest.raises(ValueError):
+        DrafterConfig(kind="medusa")
+    with pytest.raises(ValueError):
+        build_drafter(config("dflash", taps=[0, 5]), target)
+    with pytest.raises(ValueError):
+        build_drafter(dataclasses.replace(config("dflash"), hidden_size=H * 2), target)
