@@ -1,0 +1,794 @@
+"""Drafter training: deterministic, resumable, data-parallel.
+
+A drafter is an ``nn.Module`` with
+
+* ``forward(features, committed, block_tokens, prefix_mask=None) -> output`` and
+* ``loss(output, target_probs, block_tokens) -> (loss, parts)`` where ``loss`` is the mean over
+  the batch and ``parts`` maps names to floats.
+
+Parameters with ``requires_grad=False`` (the shared target tables a drafter borrows) are frozen:
+they are not given to the optimiser and are not written into checkpoints; a checkpoint stores a
+fingerprint of them instead, so loading it into a drafter built on a different target fails.
+
+A training example is a dict of tensors: ``features [T, F]``, ``prefix_mask [T]`` (optional),
+``committed []``, ``block_tokens [gamma]`` and either dense ``target_probs [gamma, V]`` or the
+sparse top-K form ``target_ids [gamma, K]`` + ``target_vals [gamma, K]``. Batches keep the sparse
+form on the host and are densified on the training device, one batch at a time.
+
+Determinism. The batch order of epoch ``e`` is a permutation keyed by ``(seed, e)``, and the
+global random state is re-seeded from ``(seed, e, rank)`` at the start of every epoch, so an epoch
+does the same work whether or not the run was resumed before it. A checkpoint is written
+atomically after every epoch (temporary file + ``os.replace``); a run that dies mid-epoch leaves
+the previous checkpoint intact and ``resume=True`` continues from it.
+
+Data parallel. ``config.batch_size`` is the *global* batch: each batch is split across the ranks
+(rank ``r`` takes positions ``r, r + world, ...``) and every rank's loss is weighted by its share,
+so the all-reduced gradient equals the single-process gradient of the whole batch; the number of
+steps and the trajectory do not depend on the number of processes beyond floating-point
+reduction order. Only rank 0 writes checkpoints and logs. Run under ``torchrun`` with
+``python -m floorgap.models.training`` or in-process with :func:`launch`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import hashlib
+import importlib
+import json
+import math
+import os
+import random
+import re
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from floorgap.seeds import derive_seed
+
+__all__ = [
+    "TrainConfig",
+    "TrainResult",
+    "StackedExamples",
+    "collate",
+    "densify_targets",
+    "epoch_batches",
+    "train",
+    "trainable_state",
+    "frozen_fingerprint",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "load_drafter_weights",
+    "init_distributed",
+    "launch",
+    "main",
+]
+
+CHECKPOINT_FORMAT = 1
+LOG_NAME = "log.jsonl"
+_CKPT_RE = re.compile(r"^epoch-(\d{4,})\.pt$")
+# Keys of log records that measure time; they differ between otherwise identical runs.
+TIMING_KEYS = frozenset({"seconds", "tokens_per_s", "time"})
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration and result
+
+
+@dataclass
+class TrainConfig:
+    """Hyper-parameters and bookkeeping of one training run.
+
+    ``batch_size`` is the global batch (split across data-parallel ranks). ``warmup_steps`` is a
+    linear warm-up; ``schedule`` is ``"cosine"`` (decay to ``min_lr_ratio * lr`` at the end of
+    ``epochs``), ``"linear"`` or ``"constant"``. ``vocab_size`` is needed only for sparse top-K
+    targets when the model has no ``vocab_size`` attribute.
+    """
+
+    epochs: int = 1
+    batch_size: int = 8
+    lr: float = 6e-4
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    warmup_steps: int = 0
+    schedule: str = "cosine"
+    min_lr_ratio: float = 0.0
+    grad_clip: float | None = 1.0
+    seed: int = 0
+    drop_last: bool = False
+    checkpoint_dir: str | None = None
+    log_every: int = 10
+    vocab_size: int | None = None
+    renormalize_topk: bool = True
+    pad_side: str = "left"
+    autocast_dtype: str | None = None
+    device: str | None = None
+    find_unused_parameters: bool = False
+
+    # Fields that may change between a run and its resumption without changing the trajectory.
+    _VOLATILE = ("checkpoint_dir", "log_every", "device", "epochs")
+
+    def fingerprint(self) -> str:
+        """SHA-256 over the fields that determine the trajectory (``epochs`` is checked apart)."""
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k not in self._VOLATILE}
+        d["betas"] = list(d["betas"])
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown TrainConfig fields: {sorted(unknown)}")
+        d = dict(d)
+        if "betas" in d:
+            d["betas"] = tuple(d["betas"])
+        return cls(**d)
+
+
+@dataclass
+class TrainResult:
+    """Per-epoch records (all epochs of the run, including those before a resumption)."""
+
+    epochs: list[dict[str, Any]]
+    steps: int
+    tokens_per_s: float
+    seconds: float
+    resumed_from: int
+    checkpoint: str | None
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def losses(self) -> list[float]:
+        return [e["loss"] for e in self.epochs]
+
+
+# --------------------------------------------------------------------------------------------
+# Data
+
+
+class StackedExamples:
+    """Examples held as stacked tensors with a leading example dimension (compact on disk).
+
+    ``StackedExamples({"features": [N, T, F], ...})[i]`` is the dict of the i-th rows;
+    :func:`collate` takes the fast path through :meth:`gather`.
+    """
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor]):
+        sizes = {k: int(v.shape[0]) for k, v in tensors.items()}
+        if len(set(sizes.values())) != 1:
+            raise ValueError(f"stacked tensors disagree on the number of examples: {sizes}")
+        self.tensors = dict(tensors)
+        self._n = next(iter(sizes.values()))
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {k: v[i] for k, v in self.tensors.items()}
+
+    def gather(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {k: v.index_select(0, indices) for k, v in self.tensors.items()}
+
+
+def collate(examples: Sequence[Mapping[str, torch.Tensor]], *, pad_side: str = "left"
+            ) -> dict[str, torch.Tensor]:
+    """Stack examples into a batch; ragged ``features`` are padded and masked out.
+
+    Padding goes on ``pad_side`` (``left`` keeps the last prefix position aligned across the
+    batch). A missing ``prefix_mask`` means the whole prefix is real. Sparse targets stay sparse.
+    """
+    if not examples:
+        raise ValueError("empty batch")
+    out: dict[str, torch.Tensor] = {}
+    lengths = [int(e["features"].shape[0]) for e in examples]
+    t_max = max(lengths)
+    feats, masks = [], []
+    for e, t in zip(examples, lengths):
+        f = e["features"]
+        m = e.get("prefix_mask")
+        m = torch.ones(t, dtype=torch.bool) if m is None else m.to(torch.bool)
+        pad = t_max - t
+        if pad:
+            fpad = f.new_zeros((pad, *f.shape[1:]))
+            mpad = torch.zeros(pad, dtype=torch.bool)
+            if pad_side == "left":
+                f, m = torch.cat([fpad, f]), torch.cat([mpad, m])
+            elif pad_side == "right":
+                f, m = torch.cat([f, fpad]), torch.cat([m, mpad])
+            else:
+                raise ValueError(f"pad_side must be 'left' or 'right', not {pad_side!r}")
+        feats.append(f)
+        masks.append(m)
+    out["features"] = torch.stack(feats)
+    out["prefix_mask"] = torch.stack(masks)
+    for key in examples[0]:
+        if key not in out:
+            out[key] = torch.stack([torch.as_tensor(e[key]) for e in examples])
+    return out
+
+
+def densify_targets(batch: dict[str, torch.Tensor], vocab_size: int | None, *,
+                    renormalize: bool = True) -> dict[str, torch.Tensor]:
+    """Replace sparse ``target_ids``/``target_vals`` by dense ``target_probs [B, gamma, V]``.
+
+    The top-K values are scattered into zeros; with ``renormalize`` each slot's row is divided
+    by its kept mass so it is a distribution. A batch that already has ``target_probs`` is
+    returned unchanged.
+    """
+    if "target_probs" in batch:
+        return batch
+    if "target_ids" not in batch or "target_vals" not in batch:
+        raise KeyError("batch has neither target_probs nor target_ids/target_vals")
+    if vocab_size is None:
+        raise ValueError("sparse targets need a vocab_size (config.vocab_size or model.vocab_size)")
+    ids = batch.pop("target_ids").long()
+    vals = batch.pop("target_vals").float()
+    probs = vals.new_zeros((*ids.shape[:-1], int(vocab_size)))
+    probs.scatter_add_(-1, ids, vals)
+    if renormalize:
+        probs = probs / probs.sum(-1, keepdim=True).clamp_min(1e-30)
+    batch["target_probs"] = probs
+    return batch
+
+
+def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, *, drop_last: bool = False,
+                  min_size: int = 1) -> list[torch.Tensor]:
+    """The global batches of ``epoch``: a permutation of ``range(n)`` keyed by ``(seed, epoch)``.
+
+    The last batch may be short unless ``drop_last``; a batch shorter than ``min_size`` (the
+    number of data-parallel ranks) is dropped so that every rank gets at least one example.
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be positive")
+    gen = torch.Generator().manual_seed(derive_seed(seed, "drafter-train", "epoch", epoch))
+    perm = torch.randperm(n, generator=gen)
+    batches = list(torch.split(perm, batch_size))
+    if batches and (drop_last and len(batches[-1]) < batch_size or len(batches[-1]) < min_size):
+        batches.pop()
+    return batches
+
+
+def _fetch(dataset: Any, indices: torch.Tensor, pad_side: str) -> dict[str, torch.Tensor]:
+    if hasattr(dataset, "gather"):
+        batch = dataset.gather(indices)
+        if "prefix_mask" not in batch:
+            b, t = batch["features"].shape[:2]
+            batch["prefix_mask"] = torch.ones(b, t, dtype=torch.bool)
+        return batch
+    return collate([dataset[int(i)] for i in indices], pad_side=pad_side)
+
+
+# --------------------------------------------------------------------------------------------
+# Model state, fingerprints, checkpoints
+
+
+def _frozen_tensors(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    items = [(f"param:{n}", p) for n, p in model.named_parameters() if not p.requires_grad]
+    items += [(f"buffer:{n}", b) for n, b in model.named_buffers()]
+    return items
+
+
+def frozen_fingerprint(model: nn.Module) -> str:
+    """SHA-256 over names, shapes, dtypes and a strided sample of every frozen tensor.
+
+    Frozen parameters and buffers are not stored in checkpoints; this fingerprint ties a
+    checkpoint to the target tables it was trained against without hashing gigabytes.
+    """
+    h = hashlib.sha256()
+    for name, t in _frozen_tensors(model):
+        h.update(f"{name}|{tuple(t.shape)}|{t.dtype}".encode())
+        flat = t.detach().reshape(-1)
+        if flat.numel():
+            stride = max(1, flat.numel() // 4096)
+            sample = flat[::stride][:4096].to("cpu", torch.float64).numpy()
+            h.update(sample.tobytes())
+    return h.hexdigest()
+
+
+def _trainable_layout(model: nn.Module) -> str:
+    spec = [(n, tuple(p.shape), str(p.dtype)) for n, p in model.named_parameters() if p.requires_grad]
+    return hashlib.sha256(json.dumps(spec).encode()).hexdigest()
+
+
+def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The trainable parameters by name, detached, on the CPU."""
+    return {n: p.detach().to("cpu").clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+
+
+def _atomic_torch_save(obj: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(obj, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _atomic_write_text(text: str, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def checkpoint_path(directory: str | os.PathLike, epoch: int) -> Path:
+    """Path of the checkpoint written after ``epoch`` (1-based) epochs."""
+    return Path(directory) / f"epoch-{epoch:04d}.pt"
+
+
+def _checkpoint_files(directory: str | os.PathLike) -> list[tuple[int, Path]]:
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := _CKPT_RE.match(p.name))]
+    return sorted(found, reverse=True)
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu"
+                    ) -> dict[str, Any]:
+    """Load a training checkpoint (plain tensors and Python values only)."""
+    ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    if ckpt.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path}: unknown checkpoint format {ckpt.get('format')!r}")
+    return ckpt
+
+
+def latest_checkpoint(directory: str | os.PathLike) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint in ``directory`` that loads, with its contents; ``None`` if none."""
+    for _, path in _checkpoint_files(directory):
+        try:
+            return path, load_checkpoint(path)
+        except Exception as err:  # noqa: BLE001 - an unreadable file is skipped, older ones tried
+            print(f"floorgap.training: skipping unreadable checkpoint {path}: {err}", file=sys.stderr)
+    return None
+
+
+def load_drafter_weights(model: nn.Module, checkpoint: str | os.PathLike | Mapping[str, Any], *,
+                         check_frozen: bool = True) -> dict[str, Any]:
+    """Load a checkpoint's trainable parameters into ``model`` (built on the same target).
+
+    Checks that the model's trainable layout matches and, with ``check_frozen``, that its frozen
+    tables have the fingerprint recorded at training time. Returns the checkpoint.
+    """
+    ckpt = load_checkpoint(checkpoint) if not isinstance(checkpoint, Mapping) else checkpoint
+    model = _unwrap(model)
+    if ckpt["trainable_layout"] != _trainable_layout(model):
+        raise ValueError("checkpoint trainable parameters do not match the model's")
+    if check_frozen and ckpt["frozen_fingerprint"] != frozen_fingerprint(model):
+        raise ValueError("checkpoint was trained against different frozen (target) tables")
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in ckpt["model"].items():
+            params[name].copy_(value.to(params[name].device))
+    return ckpt
+
+
+def _rng_state() -> dict[str, Any]:
+    np_state = np.random.get_state()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), int(np_state[2]),
+                  int(np_state[3]), float(np_state[4])],
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: Mapping[str, Any]) -> None:
+    torch.set_rng_state(state["torch"].cpu())
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        cuda = [s.cpu() for s in state["cuda"]]
+        if len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
+
+
+def _seed_epoch(seed: int, epoch: int, rank: int) -> None:
+    s = derive_seed(seed, "drafter-train", "rng", epoch, rank)
+    torch.manual_seed(s)
+    random.seed(s)
+    np.random.seed(s % (2**32))
+
+
+# --------------------------------------------------------------------------------------------
+# Optimiser and schedule
+
+
+def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (decay if p.ndim >= 2 else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
+
+
+def _lr_lambda(config: TrainConfig, total_steps: int) -> Callable[[int], float]:
+    warm, kind, floor = int(config.warmup_steps), config.schedule, float(config.min_lr_ratio)
+    if kind not in ("cosine", "linear", "constant"):
+        raise ValueError(f"unknown schedule {kind!r}")
+
+    def f(step: int) -> float:
+        if warm and step < warm:
+            return (step + 1) / warm
+        if kind == "constant":
+            return 1.0
+        span = max(1, total_steps - warm)
+        frac = min(1.0, (step - warm) / span)
+        if kind == "linear":
+            return floor + (1 - floor) * (1 - frac)
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * frac))
+
+    return f
+
+
+# --------------------------------------------------------------------------------------------
+# Distributed helpers
+
+
+def _dist_info() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def init_distributed(backend: str | None = None) -> tuple[int, int]:
+    """Initialise the default process group from ``torchrun``'s environment when it asks for
+    more than one process (NCCL with CUDA, gloo otherwise). Returns ``(rank, world_size)``."""
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1
+    if backend is None:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend=backend)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _resolve_device(config: TrainConfig) -> torch.device:
+    if config.device:
+        return torch.device(config.device)
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def _all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
+    _, world = _dist_info()
+    if world == 1:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _launch_entry(rank: int, world: int, port: int, backend: str, fn: Callable[..., Any],
+                  args: tuple[Any, ...], outdir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend=backend, rank=rank, world_size=world)
+    try:
+        result = fn(*args)
+        torch.save(result, os.path.join(outdir, f"rank-{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def launch(fn: Callable[..., Any], nprocs: int, *args: Any, backend: str | None = None
+           ) -> list[Any]:
+    """Run ``fn(*args)`` in ``nprocs`` spawned processes joined in one process group.
+
+    ``fn`` must be importable (a module-level function). The group uses the loopback interface
+    and a free port; the backend defaults to NCCL with at least ``nprocs`` GPUs, gloo otherwise.
+    Returns each rank's return value (which must be picklable by ``torch.save``).
+    """
+    import torch.multiprocessing as mp
+
+    if backend is None:
+        backend = "nccl" if torch.cuda.device_count() >= nprocs else "gloo"
+    with tempfile.TemporaryDirectory(prefix="floorgap-launch-") as outdir:
+        mp.spawn(_launch_entry, args=(nprocs, _free_port(), backend, fn, args, outdir),
+                 nprocs=nprocs, join=True)
+        return [torch.load(os.path.join(outdir, f"rank-{r}.pt"), weights_only=False)
+                for r in range(nprocs)]
+
+
+# --------------------------------------------------------------------------------------------
+# Training
+
+
+class _JsonLog:
+    """Append-only JSON-lines loss log (rank 0), kept in step with the records in memory."""
+
+    def __init__(self, path: Path | None, records: list[dict[str, Any]]):
+        self.path, self.records = path, records
+        if path is not None:
+            # Rewrite from the checkpoint's log: drops lines of an epoch that did not finish.
+            _atomic_write_text("".join(json.dumps(r) + "\n" for r in records), path)
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.records.append(record)
+        if self.path is not None:
+            with open(self.path, "a") as fh:
+                fh.write(json.dumps(record) + "\n")
+
+
+def _progress_bar(enabled: bool, total: int, initial: int, desc: str):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, dynamic_ncols=True, leave=True)
+
+
+def train(model: nn.Module, dataset: Sequence[Mapping[str, torch.Tensor]] | StackedExamples,
+          config: TrainConfig, *, resume: bool = True, progress: bool = True,
+          before_step: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
+    """Train ``model`` on ``dataset`` for ``config.epochs`` epochs (see the module docstring).
+
+    ``before_step(info)`` is called on every rank after the backward pass and gradient
+    clipping, before the optimiser step, with ``info = {"epoch", "step", "global_step",
+    "model", "loss", "parts"}`` (``model`` unwrapped): a place to inspect gradients or to
+    stop a run. With a ``checkpoint_dir`` and ``resume``, training continues after the newest
+    complete checkpoint there. Returns the per-epoch records of all epochs so far.
+    """
+    rank, world = _dist_info()
+    device = _resolve_device(config)
+    model = model.to(device)
+    core = model
+    trainable = [p for p in core.parameters() if p.requires_grad]
+    if not trainable:
+        raise ValueError("model has no trainable parameters")
+    vocab_size = config.vocab_size or getattr(core, "vocab_size", None)
+
+    n = len(dataset)
+    steps_per_epoch = len(epoch_batches(n, config.batch_size, config.seed, 0,
+                                        drop_last=config.drop_last, min_size=world))
+    if steps_per_epoch == 0:
+        raise ValueError(f"no batches: {n} examples, batch {config.batch_size}, {world} ranks")
+    total_steps = steps_per_epoch * config.epochs
+    optimizer = torch.optim.AdamW(_param_groups(core, config.weight_decay), lr=config.lr,
+                                  betas=tuple(config.betas), eps=config.eps)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config, total_steps))
+
+    ckpt_dir = Path(config.checkpoint_dir) if config.checkpoint_dir else None
+    cfg_fp, frozen_fp, layout = config.fingerprint(), frozen_fingerprint(core), _trainable_layout(core)
+    start_epoch, records, last_ckpt = 0, [], None
+    if ckpt_dir is not None and resume:
+        found = latest_checkpoint(ckpt_dir)
+        if found is not None:
+            path, ckpt = found
+            if ckpt["config_fingerprint"] != cfg_fp:
+                raise ValueError(f"{path}: written under a different training configuration")
+            if config.schedule != "constant" and ckpt["config"]["epochs"] != config.epochs:
+                raise ValueError(f"{path}: the {config.schedule} schedule spans "
+                                 f"{ckpt['config']['epochs']} epochs, not {config.epochs}")
+            load_drafter_weights(core, ckpt)
+            optimizer.load_state_dict(ckpt["optimizer"])
+            scheduler.load_state_dict(ckpt["scheduler"])
+            _set_rng_state(ckpt["rng"])
+            start_epoch, records, last_ckpt = int(ckpt["epoch"]), list(ckpt["log"]), path
+    log = _JsonLog(ckpt_dir / LOG_NAME if (ckpt_dir is not None and rank == 0) else None, records)
+
+    if world > 1:
+        ddp_kw: dict[str, Any] = {"find_unused_parameters": config.find_unused_parameters}
+        if device.type == "cuda":
+            ddp_kw.update(device_ids=[device.index], output_device=device.index)
+        wrapped: nn.Module = nn.parallel.DistributedDataParallel(core, **ddp_kw)
+    else:
+        wrapped = core
+    amp_dtype = getattr(torch, config.autocast_dtype) if config.autocast_dtype else None
+
+    bar = _progress_bar(progress and rank == 0, total_steps, start_epoch * steps_per_epoch,
+                        "drafter")
+    global_step = start_epoch * steps_per_epoch
+    run_tokens, run_seconds = 0, 0.0
+    wrapped.train()
+    try:
+        for epoch in range(start_epoch, config.epochs):
+            _seed_epoch(config.seed, epoch, rank)
+            batches = epoch_batches(n, config.batch_size, config.seed, epoch,
+                                    drop_last=config.drop_last, min_size=world)
+            part_names: list[str] | None = None
+            ep_sums: list[float] | None = None  # [weighted loss, weighted parts..., examples, tokens]
+            win_sums: list[float] | None = None
+            t0 = time.perf_counter()
+            for step, idx in enumerate(batches):
+                local = idx[rank::world]
+                share = len(local) * world / len(idx)
+                batch = _fetch(dataset, local, config.pad_side)
+                batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+                batch = densify_targets(batch, vocab_size, renormalize=config.renormalize_topk)
+                ctx = (torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None
+                       else contextlib.nullcontext())
+                with ctx:
+                    out = wrapped(batch["features"], batch["committed"], batch["block_tokens"],
+                                  prefix_mask=batch["prefix_mask"])
+                    loss, parts = core.loss(out, batch["target_probs"], batch["block_tokens"])
+                (loss * share).backward()
+                if config.grad_clip is not None:
+                    torch.nn.utils.clip_grad_norm_(trainable, config.grad_clip)
+                if before_step is not None:
+                    before_step({"epoch": epoch, "step": step, "global_step": global_step,
+                                 "model": core, "loss": loss, "parts": parts})
+                optimizer.step()
+                lr = scheduler.get_last_lr()[0]
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                global_step += 1
+
+                if part_names is None:
+                    part_names = sorted(parts)
+                    ep_sums = [0.0] * (len(part_names) + 3)
+                    win_sums = [0.0] * (len(part_names) + 3)
+                m = len(local)
+                row = ([float(loss.detach()) * m] + [float(parts[k]) * m for k in part_names]
+                       + [m, m * int(batch["block_tokens"].shape[-1])])
+                ep_sums = [a + b for a, b in zip(ep_sums, row)]
+                win_sums = [a + b for a, b in zip(win_sums, row)]
+                last = step == len(batches) - 1
+                if (config.log_every and (step + 1) % config.log_every == 0) or last:
+                    tot = _all_reduce_sum(win_sums, device)
+                    if rank == 0:
+                        log.write({"kind": "step", "epoch": epoch + 1, "step": global_step,
+                                   "lr": lr, "loss": tot[0] / tot[-2],
+                                   "parts": {k: v / tot[-2] for k, v in zip(part_names, tot[1:-2])}})
+                    win_sums = [0.0] * len(win_sums)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(epoch=epoch + 1, loss=f"{float(loss.detach()):.4f}")
+
+            tot = _all_reduce_sum(ep_sums, device)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            seconds = time.perf_counter() - t0
+            run_tokens += int(tot[-1])
+            run_seconds += seconds
+            record = {"kind": "epoch", "epoch": epoch + 1, "step": global_step,
+                      "steps": len(batches), "examples": int(tot[-2]), "tokens": int(tot[-1]),
+                      "loss": tot[0] / tot[-2],
+                      "parts": {k: v / tot[-2] for k, v in zip(part_names, tot[1:-2])},
+                      "seconds": seconds, "tokens_per_s": tot[-1] / max(seconds, 1e-12)}
+            if rank == 0:
+                log.write(record)
+            else:
+                log.records.append(record)
+            if ckpt_dir is not None:
+                if rank == 0:
+                    last_ckpt = checkpoint_path(ckpt_dir, epoch + 1)
+                    _atomic_torch_save({
+                        "format": CHECKPOINT_FORMAT,
+                        "epoch": epoch + 1,
+                        "global_step": global_step,
+                        "model": trainable_state(core),
+                        "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict(),
+                        "rng": _rng_state(),
+                        "config": {**dataclasses.asdict(config), "betas": list(config.betas)},
+                        "config_fingerprint": cfg_fp,
+                        "frozen_fingerprint": frozen_fp,
+                        "trainable_layout": layout,
+                        "log": list(log.records),
+                    }, last_ckpt)
+                else:
+                    last_ckpt = checkpoint_path(ckpt_dir, epoch + 1)
+                if world > 1:
+                    dist.barrier()
+    finally:
+        if bar is not None:
+            bar.close()
+
+    epochs = [r for r in log.records if r.get("kind") == "epoch"]
+    return TrainResult(epochs=epochs, steps=global_step,
+                       tokens_per_s=run_tokens / run_seconds if run_seconds else 0.0,
+                       seconds=run_seconds, resumed_from=start_epoch,
+                       checkpoint=str(last_ckpt) if last_ckpt else None, log=list(log.records))
+
+
+# --------------------------------------------------------------------------------------------
+# Command line (works under torchrun)
+
+
+def _load_dataset(path: str) -> Any:
+    obj = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(obj, Mapping):
+        return StackedExamples(obj)
+    return obj
+
+
+def _build_model(factory: str, kwargs: Mapping[str, Any]) -> nn.Module:
+    module, _, name = factory.partition(":")
+    if not name:
+        raise ValueError("--factory must be 'package.module:function'")
+    return getattr(importlib.import_module(module), name)(**kwargs)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m floorgap.models.training --factory MOD:FN --data DATA --config JSON``.
+
+    Builds the drafter with ``FN(**factory_kwargs)`` (the same seed on every rank; DDP then
+    broadcasts rank 0's parameters), loads the examples (a ``torch.save``d dict of stacked
+    tensors or list of example dicts) and trains; under ``torchrun --nproc_per_node=N`` the
+    ranks form a data-parallel group. Rank 0 writes ``--result`` (JSON) if given.
+    """
+    p = argparse.ArgumentParser(prog="python -m floorgap.models.training", description=main.__doc__)
+    p.add_argument("--factory", required=True, help="package.module:function building the drafter")
+    p.add_argument("--factory-kwargs", default="{}", type=json.loads)
+    p.add_argument("--data", required=True, help="examples saved with torch.save")
+    p.add_argument("--config", default="{}", help="TrainConfig fields as JSON, or a JSON file")
+    p.add_argument("--result", default=None, help="write the TrainResult here (rank 0)")
+    p.add_argument("--no-resume", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--threads", type=int, default=None)
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    text = args.config
+    if not text.lstrip().startswith("{"):
+        text = Path(text).read_text()
+    config = TrainConfig.from_dict(json.loads(text))
+    rank, _ = init_distributed()
+    try:
+        torch.manual_seed(derive_seed(config.seed, "drafter-init"))
+        model = _build_model(args.factory, args.factory_kwargs)
+        result = train(model, _load_dataset(args.data), config, resume=not args.no_resume,
+                       progress=not args.no_progress)
+        if rank == 0 and args.result:
+            _atomic_write_text(json.dumps(dataclasses.asdict(result), indent=1) + "\n",
+                               Path(args.result))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
