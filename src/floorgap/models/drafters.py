@@ -57,9 +57,9 @@ def even_taps(n_layers: int, k: int) -> list[int]:
     start = min(1, n_layers - 1)
     end = max(start, n_layers - 3)
     if k == 1:
-        return [int(math.floor((start + end) / 2 + 0.5))]
+        return [math.floor((start + end) / 2 + 0.5)]
     span = end - start
-    return [int(math.floor(start + i * span / (k - 1) + 0.5)) for i in range(k)]
+    return [math.floor(start + i * span / (k - 1) + 0.5) for i in range(k)]
 
 
 @dataclass
@@ -306,11 +306,19 @@ class PrefixHead(nn.Module):
 # --------------------------------------------------------------------------- the drafter
 
 
+def proposal_probs(logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """q = softmax(logits / temperature) over the last axis; temperature 0 gives the one-hot
+    argmax (the greedy proposal). -inf logits (outside a nominated set) get probability 0."""
+    if temperature <= 0:
+        return F.one_hot(logits.argmax(-1), logits.shape[-1]).to(torch.float32)
+    return torch.softmax(logits.float() / temperature, dim=-1)
+
+
 def _pick(logits: Tensor, temperature: float, generator: torch.Generator | None) -> Tensor:
     """Greedy (temperature 0) or sampled index from logits [B, N] -> [B]."""
     if temperature <= 0:
         return logits.argmax(-1)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    probs = proposal_probs(logits, temperature)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
