@@ -212,3 +212,22 @@ def test_config_rejects_bad_input(target):
         build_drafter(config("dflash", taps=[0, 5]), target)
     with pytest.raises(ValueError):
         build_drafter(dataclasses.replace(config("dflash"), hidden_size=H * 2), target)
+
+
+def test_bf16_target_with_fp32_drafter():
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=64,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2)
+    tgt = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    model = make("prefix_attention", tgt)
+    ids = torch.randint(0, V - 1, (B, T))
+    feats = target_features(tgt, ids, torch.ones(B, T, dtype=torch.long), [0, 1])
+    assert feats.dtype == torch.bfloat16
+    probs = torch.softmax(torch.randn(B, G, V), -1)
+    out = model(feats, ids[:, -1], ids[:, :G])
+    assert out.logits.dtype == torch.float32
+    loss, _ = model.loss(out, probs, ids[:, :G])
+    loss.backward()
+    assert all(p.grad is not None for p in model.head.parameters())
+    assert tgt.get_input_embeddings().weight.grad is None
