@@ -357,6 +357,18 @@ class Drafter(nn.Module):
         if isinstance(m, ShortConv):
             nn.init.zeros_(m.gates.weight)
 
+    @property
+    def vocab_size(self) -> int:
+        return int(self.cfg.vocab_size)  # type: ignore[arg-type]
+
+    @property
+    def gamma(self) -> int:
+        return self.cfg.gamma
+
+    @property
+    def order(self) -> int:
+        return self.cfg.order
+
     # ---- shared target pieces
     def embed(self, ids: Tensor) -> Tensor:
         return self._shared.embed(ids).to(self.backbone.fc.weight.dtype)
