@@ -25,7 +25,7 @@ from floorgap.models.training import (
 )
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _training_helpers import (  # noqa: E402
+from _training_helpers import (
     GAMMA,
     V,
     grads_and_step_worker,
@@ -43,8 +43,8 @@ def _one_thread():
 
 
 def _config(tmp: Path, **kw) -> TrainConfig:
-    base = dict(epochs=2, batch_size=4, lr=1e-2, warmup_steps=2, schedule="cosine", seed=7,
-                checkpoint_dir=str(tmp), log_every=2, grad_clip=1.0)
+    base = {"epochs": 2, "batch_size": 4, "lr": 1e-2, "warmup_steps": 2, "schedule": "cosine",
+            "seed": 7, "checkpoint_dir": str(tmp), "log_every": 2, "grad_clip": 1.0}
     base.update(kw)
     return TrainConfig(**base)
 
@@ -190,7 +190,7 @@ def test_resume_refuses_a_different_configuration(tmp_path):
 @pytest.mark.slow
 def test_ddp_two_gloo_processes_match_one_process_on_the_union_batch():
     # Batch 5 splits 3 + 2 across the ranks: the share weighting must make it exact anyway.
-    cfg = dict(epochs=1, batch_size=5, lr=1e-2, seed=3, grad_clip=None, log_every=0)
+    cfg = {"epochs": 1, "batch_size": 5, "lr": 1e-2, "seed": 3, "grad_clip": None, "log_every": 0}
     single_grads, single_params = grads_and_step_worker(5, cfg)
     results = launch(grads_and_step_worker, 2, 5, cfg, backend="gloo")
     for grads, params in results:
@@ -202,3 +202,40 @@ def test_ddp_two_gloo_processes_match_one_process_on_the_union_batch():
     # Every rank took the step (the parameters moved away from the initialisation).
     init = new_model()
     assert not torch.equal(results[0][1]["out.weight"], init.out.weight)
+
+
+@pytest.mark.slow
+def test_torchrun_entry_matches_single_process(tmp_path):
+    import subprocess
+
+    from floorgap.models.training import _free_port, main
+
+    ex = make_examples(12, sparse=True)
+    data = tmp_path / "data.pt"
+    torch.save({k: torch.stack([e[k] for e in ex]) for k in ex[0]}, data)
+    cfg = {"epochs": 2, "batch_size": 4, "lr": 1e-2, "seed": 5, "log_every": 1}
+    common = ["--factory", "_training_helpers:new_model", "--data", str(data), "--threads", "1",
+              "--no-progress"]
+    single = tmp_path / "single"
+    assert main([*common, "--config", json.dumps({**cfg, "checkpoint_dir": str(single)})]) == 0
+    multi = tmp_path / "multi"
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
+                                          os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+           "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
+           "-m", "floorgap.models.training", *common,
+           "--config", json.dumps({**cfg, "checkpoint_dir": str(multi)}),
+           "--result", str(tmp_path / "result.json")]
+    proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["steps"] == 6 and len(result["epochs"]) == 2
+    a = load_checkpoint(single / "epoch-0002.pt")["model"]
+    b = load_checkpoint(multi / "epoch-0002.pt")["model"]
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
+    la, lb = _read_log(single), _read_log(multi)
+    assert [r["kind"] for r in la] == [r["kind"] for r in lb]
+    for ra, rb in zip(la, lb):
+        assert ra["loss"] == pytest.approx(rb["loss"], rel=1e-4)

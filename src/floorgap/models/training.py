@@ -45,9 +45,10 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,21 +58,21 @@ from torch import nn
 from floorgap.seeds import derive_seed
 
 __all__ = [
+    "StackedExamples",
     "TrainConfig",
     "TrainResult",
-    "StackedExamples",
     "collate",
     "densify_targets",
     "epoch_batches",
-    "train",
-    "trainable_state",
     "frozen_fingerprint",
+    "init_distributed",
     "latest_checkpoint",
+    "launch",
     "load_checkpoint",
     "load_drafter_weights",
-    "init_distributed",
-    "launch",
     "main",
+    "train",
+    "trainable_state",
 ]
 
 CHECKPOINT_FORMAT = 1
@@ -126,7 +127,7 @@ class TrainConfig:
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> TrainConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - names
         if unknown:
@@ -569,6 +570,17 @@ def _progress_bar(enabled: bool, total: int, initial: int, desc: str):
     return tqdm(total=total, initial=initial, desc=desc, dynamic_ncols=True, leave=True)
 
 
+def _model_vocab_size(model: nn.Module) -> int | None:
+    """``model.vocab_size``, else ``model.cfg.vocab_size`` / ``model.config.vocab_size``."""
+    if getattr(model, "vocab_size", None) is not None:
+        return int(model.vocab_size)
+    for attr in ("cfg", "config"):
+        v = getattr(getattr(model, attr, None), "vocab_size", None)
+        if v is not None:
+            return int(v)
+    return None
+
+
 def train(model: nn.Module, dataset: Sequence[Mapping[str, torch.Tensor]] | StackedExamples,
           config: TrainConfig, *, resume: bool = True, progress: bool = True,
           before_step: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
@@ -587,7 +599,7 @@ def train(model: nn.Module, dataset: Sequence[Mapping[str, torch.Tensor]] | Stac
     trainable = [p for p in core.parameters() if p.requires_grad]
     if not trainable:
         raise ValueError("model has no trainable parameters")
-    vocab_size = config.vocab_size or getattr(core, "vocab_size", None)
+    vocab_size = config.vocab_size or _model_vocab_size(core)
 
     n = len(dataset)
     steps_per_epoch = len(epoch_batches(n, config.batch_size, config.seed, 0,
@@ -616,6 +628,12 @@ def train(model: nn.Module, dataset: Sequence[Mapping[str, torch.Tensor]] | Stac
             scheduler.load_state_dict(ckpt["scheduler"])
             _set_rng_state(ckpt["rng"])
             start_epoch, records, last_ckpt = int(ckpt["epoch"]), list(ckpt["log"]), path
+    elif ckpt_dir is not None and rank == 0:
+        # A fresh run: checkpoints of an earlier run must not be taken for this run's later.
+        for _, stale in _checkpoint_files(ckpt_dir):
+            stale.unlink()
+    if world > 1 and ckpt_dir is not None:
+        dist.barrier()
     log = _JsonLog(ckpt_dir / LOG_NAME if (ckpt_dir is not None and rank == 0) else None, records)
 
     if world > 1:
