@@ -1,0 +1,293 @@
+"""Drafter evaluation at an anchor: the drafter's q on the stored target paths (paper Secs. 2,
+3.3, 3.5, App. B.5, E, F.1).
+
+At an anchor with context X the rollouts probe stored M target paths Z^(r). This probe reuses
+exactly those paths (it never resamples the target) and reads, at every slot k:
+
+* p_k^(r) = p_T(. | X, Z^(r)_<k) under the sampling law, recomputed by one teacher-forced
+  forward of the path tokens after a shared prefill; the realised-token probabilities are
+  checked against the stored ``logp``.
+* The drafter's proposal, warped by the same law (paper C.7):
+  order 0 (DFlash): q_k(. | X), one pass, the same row for every path;
+  order 1 oracle (DSpark, prefix attention): q_k(. | X, Z^(r)_{k-1}) fed the target's realised
+  predecessor, one pass over all paths;
+  order 1 self: the drafter's own chain Zhat^(r), drawn left to right from its warped proposal
+  with uniforms from ``generator_for(derive_seed(anchor_seed, "self", r))``, and the proposal
+  q_k(. | X, Zhat^(r)_{k-1}) along it. R^self pairs that proposal with the target's p_k^(r).
+
+Per path and slot it keeps the scalars that serving reweighting and the single-slot best
+response need: p_k(Z_k), q_k(Z_k), TV_k and the accept factor a_k = min(1, q/p). For order 1
+the accept factor uses the oracle proposal: on the event that path r survives to slot k the
+drafter's accepted predecessor is the target's Z_{k-1} (paper F.1).
+
+Drafter inputs. The committed token c is the last context token; the drafter sees the target's
+tap features of the prefix before it (X without c), and slot 0 is fed E(c).
+
+Determinism. Target forwards have exactly ``forward_batch`` rows (paths padded with copies of
+the chunk's first path, as in the rollouts probe); drafter passes have one row (order 0) or
+exactly M rows (order 1, M fixed by the stored records); every uniform is keyed by the anchor
+and the path index.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from floorgap.estimators.barycentre import tv_distance
+from floorgap.estimators.risk import exposure
+from floorgap.estimators.serving import accept_factors
+from floorgap.sampling import SamplingLaw, inverse_cdf_sample
+from floorgap.seeds import derive_seed, generator_for
+
+LOGP_ATOL = 1e-5  # |p_recomputed(Z_k) - exp(stored logp)| above this counts as a mismatch
+
+
+@dataclass(frozen=True)
+class AnchorEval:
+    """Everything measured at one anchor (tensors on the CPU, float64 where probabilities).
+
+    ``tokens`` [M, G] the stored target paths; ``p_tok``/``q_tok``/``tv``/``accept`` [M, G] the
+    target's and the (oracle) proposal's probability of Z_k, TV(p_k, q_k) and a_k;
+    ``self_tokens``/``q_self_tok``/``tv_self`` [M, G] the self chain (None at order 0);
+    ``p_stored`` [M, G] exp of the stored logp; ``seconds`` wall time.
+    """
+
+    order: int
+    committed: int
+    tokens: Tensor
+    p_tok: Tensor
+    q_tok: Tensor
+    tv: Tensor
+    accept: Tensor
+    self_tokens: Tensor | None
+    q_self_tok: Tensor | None
+    tv_self: Tensor | None
+    p_stored: Tensor
+    seconds: float
+
+    @property
+    def logp_abs_diff(self) -> Tensor:
+        return (self.p_tok - self.p_stored).abs()
+
+
+@dataclass(frozen=True)
+class PathSlotRecord:
+    """One path at one slot. ``q_tok`` and ``accept`` use the oracle proposal at order 1;
+    ``self_token``/``q_self_tok``/``tv_self`` describe the drafter's own chain (order 1 only:
+    -1/NaN at order 0, where the proposal does not depend on the chain)."""
+
+    anchor_id: str
+    path: int
+    slot: int
+    committed_token: int
+    token: int
+    p_tok: float
+    q_tok: float
+    tv: float
+    accept: float
+    self_token: int
+    q_self_tok: float
+    tv_self: float
+
+
+@dataclass(frozen=True)
+class SlotRiskRecord:
+    """Risks at one anchor and slot: ``risk`` is R_k (order 0) or R_k^oracle (order 1);
+    ``risk_oracle`` and ``risk_self`` equal ``risk`` at order 0 (its proposal ignores the
+    chain); ``exposure`` = R^self - R^oracle. ``logp_mismatches`` counts paths whose recomputed
+    p_k(Z_k) differs from the stored one by more than ``LOGP_ATOL``; ``logp_max_abs_diff`` is
+    the largest difference."""
+
+    anchor_id: str
+    slot: int
+    order: int
+    risk: float
+    risk_oracle: float
+    risk_self: float
+    exposure: float
+    logp_mismatches: int
+    logp_max_abs_diff: float
+
+
+@torch.inference_mode()
+def target_path_probs(model: Any, context_ids: list[int], tokens: Tensor, *, law: SamplingLaw,
+                      forward_batch: int) -> Tensor:
+    """p_k^(r) under ``law`` along stored paths ``tokens`` [M, G] -> [G, M, V] float64.
+
+    The context is prefilled once (slot 0's distribution is shared); each chunk of at most
+    ``forward_batch`` paths is teacher-forced in one forward of G - 1 tokens on a copy of the
+    prefix cache, padded to exactly ``forward_batch`` rows.
+    """
+    device = next(model.parameters()).device
+    n_paths, gamma = tokens.shape
+    ctx = torch.tensor([context_ids], dtype=torch.long, device=device)
+    out = model(input_ids=ctx, use_cache=True)
+    p0 = law.probs(out.logits[:, -1, :])                       # [1, V]
+    vocab = p0.shape[-1]
+    probs = torch.empty((gamma, n_paths, vocab), dtype=torch.float64, device=device)
+    probs[0] = p0.expand(n_paths, vocab)
+    if gamma == 1:
+        return probs
+    toks = tokens.to(device)
+    for lo in range(0, n_paths, forward_batch):
+        n = min(forward_batch, n_paths - lo)
+        rows = toks[lo:lo + n, :-1]
+        rows = torch.cat([rows, rows[:1].expand(forward_batch - n, gamma - 1)])
+        cache = copy.deepcopy(out.cache)
+        cache.batch_repeat_interleave(forward_batch)
+        logits = model(input_ids=rows, cache=cache, use_cache=True).logits  # [fb, G-1, V]
+        probs[1:, lo:lo + n] = law.probs(logits[:n]).transpose(0, 1)
+        del cache
+    return probs
+
+
+def _drafter_inputs(target: Any, drafter: Any, context_ids: list[int]
+                    ) -> tuple[Tensor, Tensor, Tensor]:
+    """(features [1, T, F], committed [1], prefix_mask [1, T]) for context X = prefix + c."""
+    from floorgap.models.drafters import target_features
+
+    if len(context_ids) < 2:
+        raise ValueError("a drafter context needs a prefix and a committed token")
+    device = next(target.parameters()).device
+    prefix = torch.tensor([context_ids[:-1]], dtype=torch.long, device=device)
+    mask = torch.ones_like(prefix)
+    feats = target_features(target, prefix, mask, list(drafter.cfg.taps))
+    committed = torch.tensor([context_ids[-1]], dtype=torch.long, device=device)
+    return feats, committed, mask.bool()
+
+
+def _at(probs: Tensor, tokens: Tensor) -> Tensor:
+    """probs [G, M, V], tokens [M, G] -> [M, G] probability of each token."""
+    return probs.gather(-1, tokens.T.unsqueeze(-1).to(probs.device)).squeeze(-1).T
+
+
+@torch.inference_mode()
+def evaluate_anchor(target: Any, drafter: Any, context_ids: list[int], tokens: Tensor,
+                    stored_logp: Tensor, *, law: SamplingLaw, anchor_seed: int,
+                    forward_batch: int) -> AnchorEval:
+    """The drafter's proposals on the stored paths ``tokens`` [M, G] at one anchor."""
+    start = time.perf_counter()
+    tokens = tokens.long().cpu()
+    n_paths, gamma = tokens.shape
+    if gamma != drafter.gamma:
+        raise ValueError(f"stored paths have {gamma} slots, the drafter drafts {drafter.gamma}")
+    p = target_path_probs(target, context_ids, tokens, law=law, forward_batch=forward_batch)
+    device = p.device
+    feats, committed, mask = _drafter_inputs(target, drafter, context_ids)
+    order = int(drafter.order)
+    self_tokens = q_self = None
+    if order == 0:
+        logits = drafter.propose(feats, committed, None, prefix_mask=mask)    # [1, G, V]
+        q = law.probs(logits[0]).unsqueeze(1).to(device)                       # [G, 1, V]
+    else:
+        fm = feats.expand(n_paths, *feats.shape[1:])
+        cm = committed.expand(n_paths)
+        mm = mask.expand(n_paths, -1)
+        logits = drafter.propose(fm, cm, tokens.to(feats.device), prefix_mask=mm)  # [M, G, V]
+        q = law.probs(logits).transpose(0, 1).to(device)                       # [G, M, V]
+        gens = [generator_for(derive_seed(anchor_seed, "self", r)) for r in range(n_paths)]
+        chain = torch.zeros((n_paths, gamma), dtype=torch.long, device=feats.device)
+        rows = []
+        for k in range(gamma):
+            # slot k's proposal depends on the chain only through chain[:, k-1]
+            row = law.probs(drafter.propose(fm, cm, chain, prefix_mask=mm)[:, k])  # [M, V]
+            u = torch.stack([torch.rand((), dtype=torch.float64, generator=g) for g in gens])
+            chain[:, k] = inverse_cdf_sample(row, u).to(chain.device)
+            rows.append(row)
+        q_self = torch.stack(rows).to(device)                                   # [G, M, V]
+        self_tokens = chain.cpu()
+    tv = tv_distance(p, q.expand_as(p), dim=-1).T                              # [M, G]
+    p_tok = _at(p, tokens)
+    q_tok = _at(q.expand_as(p), tokens)
+    accept = accept_factors(p_tok, q_tok)
+    tv_self = q_self_tok = None
+    if q_self is not None:
+        tv_self = tv_distance(p, q_self, dim=-1).T.cpu()
+        q_self_tok = _at(q_self, self_tokens).cpu()
+    return AnchorEval(order=order, committed=int(context_ids[-1]), tokens=tokens,
+                      p_tok=p_tok.cpu(), q_tok=q_tok.cpu(), tv=tv.cpu(), accept=accept.cpu(),
+                      self_tokens=self_tokens, q_self_tok=q_self_tok, tv_self=tv_self,
+                      p_stored=torch.exp(stored_logp.double().cpu()),
+                      seconds=time.perf_counter() - start)
+
+
+def anchor_eval_records(anchor_id: str, ev: AnchorEval
+                        ) -> tuple[list[PathSlotRecord], list[SlotRiskRecord]]:
+    """Per path x slot scalars and per slot risks of one anchor."""
+    n_paths, gamma = ev.tokens.shape
+    # R_k = path mean of TV(p_k^(r), q_k^(r)); paths on dim 0 of the [M, G] per-path TVs
+    risk = ev.tv.mean(0)
+    if ev.tv_self is None:
+        r_oracle = r_self = risk
+    else:
+        r_oracle, r_self = risk, ev.tv_self.mean(0)
+    expo = exposure(r_self, r_oracle)
+    diff = ev.logp_abs_diff
+    mism = (diff > LOGP_ATOL).sum(0)
+    nan = float("nan")
+    paths = []
+    for r in range(n_paths):
+        for k in range(gamma):
+            paths.append(PathSlotRecord(
+                anchor_id=anchor_id, path=r, slot=k, committed_token=ev.committed,
+                token=int(ev.tokens[r, k]), p_tok=float(ev.p_tok[r, k]),
+                q_tok=float(ev.q_tok[r, k]), tv=float(ev.tv[r, k]),
+                accept=float(ev.accept[r, k]),
+                self_token=-1 if ev.self_tokens is None else int(ev.self_tokens[r, k]),
+                q_self_tok=nan if ev.q_self_tok is None else float(ev.q_self_tok[r, k]),
+                tv_self=nan if ev.tv_self is None else float(ev.tv_self[r, k])))
+    slots = [SlotRiskRecord(anchor_id=anchor_id, slot=k, order=ev.order, risk=float(risk[k]),
+                            risk_oracle=float(r_oracle[k]), risk_self=float(r_self[k]),
+                            exposure=float(expo[k]), logp_mismatches=int(mism[k]),
+                            logp_max_abs_diff=float(diff[:, k].max()))
+             for k in range(gamma)]
+    return paths, slots
+
+
+def path_arrays(rows: Any, gamma: int) -> tuple[Tensor, Tensor]:
+    """(tokens [M, G], logp [M, G]) of one anchor's stored rollout rows, ordered by path."""
+    rows = rows.sort_values("path", kind="stable")
+    tokens = torch.tensor([list(t) for t in rows.tokens], dtype=torch.long)
+    logp = torch.tensor([list(v) for v in rows.logp], dtype=torch.float64)
+    if tokens.shape[1] != gamma or logp.shape != tokens.shape:
+        raise ValueError(f"stored paths have shape {tuple(tokens.shape)}, expected gamma={gamma}")
+    if rows.path.tolist() != list(range(len(rows))):
+        raise ValueError("stored paths are not numbered 0..M-1")
+    return tokens, logp
+
+
+def load_trained_drafter(path: str | Path, target: Any) -> Any:
+    """A trained drafter from ``final.pt`` (its DrafterConfig + trainable weights) on ``target``.
+
+    The config is read from ``drafter_config`` (or a ``config`` mapping that names a ``kind``);
+    the weights from ``model`` through the training loader, which checks the layout and the
+    frozen-table fingerprint when the file records them.
+    """
+    from floorgap.models.drafters import DrafterConfig, build_drafter
+    from floorgap.models.training import load_drafter_weights
+
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    cfg = ckpt.get("drafter_config")
+    if cfg is None and isinstance(ckpt.get("config"), dict) and "kind" in ckpt["config"]:
+        cfg = ckpt["config"]
+    if cfg is None or "model" not in ckpt:
+        raise ValueError(f"{path}: expected a drafter config and trainable weights ('model')")
+    known = {f.name for f in fields(DrafterConfig)}
+    drafter = build_drafter(DrafterConfig(**{k: v for k, v in cfg.items() if k in known}), target)
+    if "trainable_layout" in ckpt:
+        load_drafter_weights(drafter, ckpt, check_frozen="frozen_fingerprint" in ckpt)
+    else:
+        params = dict(drafter.named_parameters())
+        with torch.no_grad():
+            for name, value in ckpt["model"].items():
+                params[name].copy_(value.to(params[name].device))
+    drafter.eval()
+    drafter.requires_grad_(False)
+    return drafter
