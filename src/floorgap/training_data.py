@@ -1,0 +1,66 @@
+"""``python -m floorgap.training_data --spec JSON --model-dir DIR --corpus C1 [C2 ...] --out OUT``
+
+Drafter training data of one target (see floorgap.data.training_data): training prompts per
+domain, disjoint from the evaluation corpora given with ``--corpus`` (one file per domain of the
+spec; the domain is read from each file's metadata), the target's responses under the training
+law, and the top-K target distribution at every slot of the cut blocks. Writes ``OUT``
+(``torch.save``, atomically). The spec holds ``target``, ``domains``, ``training_data``,
+``corpus``, ``gamma`` and ``seed``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from floorgap.cli import StageError, run_stage, stage_parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = stage_parser("floorgap.training_data",
+                          "Generate drafter training blocks with the target.")
+    parser.add_argument("--model-dir", required=True, type=Path)
+    parser.add_argument("--corpus", required=True, type=Path, nargs="+",
+                        help="evaluation corpus of every domain (its prompts are excluded)")
+    parser.add_argument("--out", required=True, type=Path)
+    return parser
+
+
+def main(args: argparse.Namespace, logger: logging.Logger) -> None:
+    import torch
+
+    from floorgap.data.training_data import build_training_data
+    from floorgap.models.targets import load_target, read_model_info
+    from floorgap.records import atomic_path, read_metadata, read_table, sha256_file
+
+    spec = args.spec
+    excluded: dict[str, set[str]] = {}
+    sources = {}
+    for path in args.corpus:
+        domain = read_metadata(path).get("domain")
+        if domain is None:
+            raise StageError(f"{path}: corpus file without a domain in its metadata")
+        if domain in excluded:
+            raise StageError(f"two corpus files for domain {domain}")
+        excluded[domain] = set(read_table(path)["prompt_id"].astype(str))
+        sources[domain] = {"path": str(path), "sha256": sha256_file(path)}
+    missing = [d["name"] for d in spec["domains"] if d["name"] not in excluded]
+    if missing:
+        raise StageError(f"no evaluation corpus for domains {missing}")
+    target = spec["target"]
+    model, tokenizer = load_target(args.model_dir, target["dtype"], target["device"])
+    data = build_training_data(spec, model, tokenizer, excluded, read_model_info(args.model_dir))
+    data["metadata"]["evaluation_corpora"] = sources
+    with atomic_path(args.out) as tmp:
+        torch.save(data, tmp)
+    meta = data["metadata"]
+    logger.info("wrote %s: %d sequences, %d blocks of %d slots, top-%d targets; generation "
+                "%.1f s, target forwards %.1f s", args.out, len(data["seq_prompt_ids"]),
+                len(data["block_seq"]), meta["gamma"], data["target_ids"].shape[-1],
+                meta["seconds"]["generate"], meta["seconds"]["targets"])
+
+
+if __name__ == "__main__":
+    sys.exit(run_stage(main, build_parser()))

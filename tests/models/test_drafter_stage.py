@@ -1,0 +1,118 @@
+"""The drafter stage on the smoke target: training data (drafter_data) and training (drafter)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from floorgap import drafter_train as train_cli
+from floorgap import training_data as data_cli
+from floorgap.cli import run_stage
+from floorgap.data.training_data import load_training_data, sequence
+from floorgap.records import read_table
+from floorgap.sampling import SamplingLaw
+
+
+def _data_spec(cfg, target, **overrides):
+    td = dict(cfg["drafters"]["training_data"], prompts_per_domain=2, blocks_per_response=3,
+              top_k_targets=8, **overrides)
+    return {"target": target, "domains": [{"name": "gsm8k", **cfg["domains"]["gsm8k"]}],
+            "training_data": td, "corpus": cfg["corpus"], "gamma": cfg["anchors"]["gamma"],
+            "seed": cfg["seed"]}
+
+
+def _make_data(smoke_domain_records, out):
+    cfg, target, model_dir, corpus, _, _ = smoke_domain_records
+    spec = _data_spec(cfg, target)
+    assert run_stage(data_cli.main, data_cli.build_parser(),
+                     ["--spec", json.dumps(spec), "--model-dir", str(model_dir), "--corpus",
+                      str(corpus), "--out", str(out), "--threads", "1"]) == 0
+    return load_training_data(out)
+
+
+@pytest.fixture(scope="module")
+def train_data(smoke_domain_records):
+    out = smoke_domain_records[-1] / "drafters" / "train_data.pt"
+    return out, _make_data(smoke_domain_records, out)
+
+
+def test_training_data_deterministic_and_disjoint(smoke_domain_records, train_data, tmp_path):
+    cfg, _, _, corpus, _, _ = smoke_domain_records
+    _, data = train_data
+    again = _make_data(smoke_domain_records, tmp_path / "again.pt")
+    for key, value in data.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, again[key]), key
+    assert data["seq_prompt_ids"] == again["seq_prompt_ids"]
+    evaluation = set(read_table(corpus)["prompt_id"])
+    assert evaluation and not evaluation & set(data["seq_prompt_ids"])
+    assert sorted(data["metadata"]["excluded_prompt_ids"]["gsm8k"]) == sorted(evaluation)
+    gamma = cfg["anchors"]["gamma"]
+    n = len(data["block_seq"])
+    assert n > 0 and data["block_tokens"].shape == (n, gamma)
+    assert data["target_ids"].shape == data["target_vals"].shape == (n, gamma, 8)
+    for i in range(n):
+        seq = sequence(data, int(data["block_seq"][i]))
+        c = int(data["context_len"][i])
+        assert c > int(data["seq_prompt_len"][int(data["block_seq"][i])]) - 1
+        assert int(data["committed"][i]) == int(seq[c - 1])
+        assert torch.equal(data["block_tokens"][i], seq[c:c + gamma])
+
+
+def test_topk_targets_match_fresh_forward(smoke_domain_records, train_data):
+    from floorgap.models.targets import load_target
+
+    cfg, target, model_dir, *_ = smoke_domain_records
+    _, data = train_data
+    law = SamplingLaw.from_spec(cfg["drafters"]["training_data"]["law"])
+    model, _ = load_target(model_dir, target["dtype"], "cpu")
+    gamma = cfg["anchors"]["gamma"]
+    for i in range(len(data["block_seq"])):
+        seq = sequence(data, int(data["block_seq"][i]))
+        c = int(data["context_len"][i])
+        ids = torch.cat([seq[:c], data["block_tokens"][i]])[None]      # context + realised block
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, c - 1:c - 1 + gamma]
+        vals, top = law.probs(logits).topk(8, dim=-1)
+        torch.testing.assert_close(data["target_vals"][i], vals.float(), atol=1e-5, rtol=1e-4)
+        keep = vals > 1e-4                                             # ids of clearly kept mass
+        assert torch.equal(data["target_ids"][i].long()[keep], top[keep])
+
+
+def test_drafter_cli_trains_resumes_and_loads(smoke_domain_records, train_data, tmp_path):
+    from floorgap.models.targets import load_target
+
+    cfg, target, model_dir, *_ = smoke_domain_records
+    data_path, data = train_data
+    spec = {"target": target, "variant": {"name": "ours", **cfg["drafters"]["variants"]["ours"]},
+            "taps": cfg["drafters"]["taps"], "train": dict(cfg["drafters"]["train"], epochs=1),
+            "gamma": cfg["anchors"]["gamma"], "seed": cfg["seed"]}
+    final, ckpts, log = tmp_path / "ours" / "final.pt", tmp_path / "ours" / "checkpoints", tmp_path / "log.jsonl"
+    argv = ["--spec", json.dumps(spec), "--model-dir", str(model_dir), "--data", str(data_path),
+            "--out", str(final), "--checkpoints", str(ckpts), "--train-log", str(log),
+            "--threads", "1", "--no-progress"]
+    assert run_stage(train_cli.main, train_cli.build_parser(), argv) == 0
+    first = torch.load(final, weights_only=True)
+    epoch_ckpt = ckpts / "epoch-0001.pt"
+    stamp = epoch_ckpt.stat().st_mtime_ns
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    epoch = [r for r in records if r["kind"] == "epoch"]
+    assert len(epoch) == 1 and epoch[0]["tokens_per_s"] > 0
+    assert epoch[0]["examples"] == len(data["block_seq"])
+
+    # Same output again: every epoch is checkpointed, so nothing is trained.
+    assert run_stage(train_cli.main, train_cli.build_parser(), argv) == 0
+    second = torch.load(final, weights_only=True)
+    assert epoch_ckpt.stat().st_mtime_ns == stamp
+    assert second["model"].keys() == first["model"].keys()
+    for k in first["model"]:
+        assert torch.equal(first["model"][k], second["model"][k])
+
+    model, _ = load_target(model_dir, target["dtype"], "cpu")
+    drafter = train_cli.load_final(final, model)
+    assert drafter.cfg.kind == "prefix_attention" and drafter.cfg.taps == cfg["drafters"]["taps"]
+    params = dict(drafter.named_parameters())
+    for k, v in first["model"].items():
+        assert torch.equal(params[k].detach(), v)
