@@ -178,3 +178,10 @@ def test_stage_records_are_deterministic(model, smoke_domain_records):
         torch.tensor(p.accept.values),
         torch.minimum(torch.ones(len(p), dtype=torch.float64),
                       torch.tensor((p.q_tok / p.p_tok).values)))
+
+
+def test_prefix_attention_self_chain_stays_on_its_support(model, stored):
+    ev = _evaluate(model, _drafter(model, "prefix_attention"), stored)
+    assert ev.order == 1 and (ev.q_self_tok > 0).all()  # drawn from the nominated lattice
+    assert torch.isfinite(ev.tv_self).all() and torch.isfinite(ev.tv).all()
+    assert ((ev.accept >= 0) & (ev.accept <= 1)).all()
