@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from floorgap.cli import StageError, run_stage, stage_parser
-from floorgap.reports import floor_items, mi_items
+from floorgap.reports import floor_items, gap_items, mi_items
 
 Item = Callable[[Mapping[str, Path], Mapping[str, Any], Path], dict[str, str]]
 
@@ -35,6 +35,16 @@ ITEMS: dict[str, Item] = {
     "table3_floor_intervals": floor_items.table3_floor_intervals,
     "tableD1_concentration": floor_items.tableD1_concentration,
     "table4_mi_locality": mi_items.table4_mi_locality,
+    "fig4_drafter_decomposition": gap_items.fig4_drafter_decomposition,
+    "fig6_slot_priority": gap_items.fig6_slot_priority,
+    "fig7_prefix_attention": gap_items.fig7_prefix_attention,
+    "table5_dflash": gap_items.table5_dflash,
+    "table6_dspark": gap_items.table6_dspark,
+    "table7_serving_risk": gap_items.table7_serving_risk,
+    "table8_dependence": gap_items.table8_dependence,
+    "table12_ours_vs_dspark": gap_items.table12_ours_vs_dspark,
+    "tableF5_single_slot": gap_items.tableF5_single_slot,
+    "tableF6_sweeps": gap_items.tableF6_sweeps,
 }
 
 VALUES = "values"

@@ -84,3 +84,88 @@ rule figD2_kmedian:
     shell:
         "{PY}.report figD2_kmedian --summary {input.summary} --spec {params.spec:q}"
         " --out-dir figures --out-values {output.values} --log {log} --threads {threads}"
+
+
+# Gap half: items from the serving_risk stage's summary of the primary target.
+GAPS_SUMMARY = f"results/{PRIMARY}/gaps/summary.parquet"
+
+
+rule fig4_drafter_decomposition:
+    """Fig. 4: DFlash risk as T0 + gap; DSpark self risk as T1 + gap + exposure."""
+    input:
+        summary=GAPS_SUMMARY,
+    output:
+        pdf="figures/fig4_drafter_decomposition.pdf",
+        png=report(
+            "figures/fig4_drafter_decomposition.png",
+            caption="../report/fig4_drafter_decomposition.rst",
+            category="Gaps",
+        ),
+        values="paper/values/fig4_drafter_decomposition.tex",
+    params:
+        spec=figures_spec(),
+    log:
+        f"{LOGS}/report/fig4_drafter_decomposition.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    conda:
+        "../../envs/floorgap.yaml"
+    shell:
+        "{PY}.report fig4_drafter_decomposition --summary {input.summary} --spec {params.spec:q}"
+        " --out-dir figures --out-values {output.values} --log {log} --threads {threads}"
+
+
+rule fig6_slot_priority:
+    """Fig. 6: model gap by slot and held-out single-slot best-response gain by slot."""
+    input:
+        summary=GAPS_SUMMARY,
+    output:
+        pdf="figures/fig6_slot_priority.pdf",
+        png=report(
+            "figures/fig6_slot_priority.png",
+            caption="../report/fig6_slot_priority.rst",
+            category="Gaps",
+        ),
+        values="paper/values/fig6_slot_priority.tex",
+    params:
+        spec=figures_spec(),
+    log:
+        f"{LOGS}/report/fig6_slot_priority.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    conda:
+        "../../envs/floorgap.yaml"
+    shell:
+        "{PY}.report fig6_slot_priority --summary {input.summary} --spec {params.spec:q}"
+        " --out-dir figures --out-values {output.values} --log {log} --threads {threads}"
+
+
+rule fig7_prefix_attention:
+    """Fig. 7: ours vs DSpark per slot: model gap, exposure, self risk."""
+    input:
+        summary=GAPS_SUMMARY,
+    output:
+        pdf="figures/fig7_prefix_attention.pdf",
+        png=report(
+            "figures/fig7_prefix_attention.png",
+            caption="../report/fig7_prefix_attention.rst",
+            category="Gaps",
+        ),
+        values="paper/values/fig7_prefix_attention.tex",
+    params:
+        spec=figures_spec(),
+    log:
+        f"{LOGS}/report/fig7_prefix_attention.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    conda:
+        "../../envs/floorgap.yaml"
+    shell:
+        "{PY}.report fig7_prefix_attention --summary {input.summary} --spec {params.spec:q}"
+        " --out-dir figures --out-values {output.values} --log {log} --threads {threads}"

@@ -87,3 +87,196 @@ rule table4_mi_locality:
     shell:
         "{PY}.report table4_mi_locality {params.inputs} --spec {params.spec:q}"
         " --out-dir paper/tables --out-values {output.values} --log {log} --threads {threads}"
+
+
+# Gap half: items from the serving_risk stage's summary of the primary target.
+GAPS_SUMMARY = f"results/{PRIMARY}/gaps/summary.parquet"
+
+
+rule table5_dflash:
+    """Table 5: DFlash T0, R, G0 (interval) and G0/R per slot."""
+    input:
+        summary=GAPS_SUMMARY,
+    output:
+        tex="paper/tables/table5_dflash.tex",
+        csv=report(
+            "paper/tables/table5_dflash.csv",
+            caption="../report/table5_dflash.rst",
+            category="Gaps",
+        ),
+        values="paper/values/table5_dflash.tex",
+    params:
+        spec=as_json({}),
+    log:
+        f"{LOGS}/report/table5_dflash.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    conda:
+        "../../envs/floorgap.yaml"
+    shell:
+        "{PY}.report table5_dflash --summary {input.summary} --spec {params.spec:q}"
+        " --out-dir paper/tables --out-values {output.values} --log {log} --threads {threads}"
+
+
+rule table6_dspark:
+    """Table 6: DSpark T1, R^oracle, G1 (interval), exposure and R^self per slot."""
+    input:
+        summary=GAPS_SUMMARY,
+    output:
+        tex="paper/tables/table6_dspark.tex",
+        csv=report(
+            "paper/tables/table6_dspark.csv",
+            caption="../report/table6_dspark.rst",
+            category="Gaps",
+        ),
+        values="paper/values/table6_dspark.tex",
+    params:
+        spec=as_json({}),
+    log:
+        f"{LOGS}/report/table6_dspark.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    conda:
+        "../../envs/floorgap.yaml"
+    shell:
+        "{PY}.report table6_dspark --summary {input.summary} --spec {params.spec:q}"
+        " --out-dir paper/tables --out-values {output.values} --log {log} --threads {threads}"
+
+
+rule table7_serving_risk:
+    """Table 7: free vs serving-weighted risk for both released drafters (slots >= 1)."""
+    input:
+        summary=GAPS_SUMMARY,
+    output:
+        tex="paper/tables/table7_serving_risk.tex",
+        csv=report(
+            "paper/tables/table7_serving_risk.csv",
+            caption="../report/table7_serving_risk.rst",
+            category="Gaps",
+        ),
+        values="paper/values/table7_serving_risk.tex",
+    params:
+        spec=as_json({}),
+    log:
+        f"{LOGS}/report/table7_serving_risk.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    conda:
+        "../../envs/floorgap.yaml"
+    shell:
+        "{PY}.report table7_serving_risk --summary {input.summary} --spec {params.spec:q}"
+        " --out-dir paper/tables --out-values {output.values} --log {log} --threads {threads}"
+
+
+rule table8_dependence:
+    """Table 8: D_k, joint survival over the product of marginal acceptances."""
+    input:
+        summary=GAPS_SUMMARY,
+    output:
+        tex="paper/tables/table8_dependence.tex",
+        csv=report(
+            "paper/tables/table8_dependence.csv",
+            caption="../report/table8_dependence.rst",
+            category="Gaps",
+        ),
+        values="paper/values/table8_dependence.tex",
+    params:
+        spec=as_json({}),
+    log:
+        f"{LOGS}/report/table8_dependence.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    conda:
+        "../../envs/floorgap.yaml"
+    shell:
+        "{PY}.report table8_dependence --summary {input.summary} --spec {params.spec:q}"
+        " --out-dir paper/tables --out-values {output.values} --log {log} --threads {threads}"
+
+
+rule table12_ours_vs_dspark:
+    """Table 12: T1, R^oracle, R^self per slot for DSpark and ours."""
+    input:
+        summary=GAPS_SUMMARY,
+    output:
+        tex="paper/tables/table12_ours_vs_dspark.tex",
+        csv=report(
+            "paper/tables/table12_ours_vs_dspark.csv",
+            caption="../report/table12_ours_vs_dspark.rst",
+            category="Gaps",
+        ),
+        values="paper/values/table12_ours_vs_dspark.tex",
+    params:
+        spec=as_json({}),
+    log:
+        f"{LOGS}/report/table12_ours_vs_dspark.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    conda:
+        "../../envs/floorgap.yaml"
+    shell:
+        "{PY}.report table12_ours_vs_dspark --summary {input.summary} --spec {params.spec:q}"
+        " --out-dir paper/tables --out-values {output.values} --log {log} --threads {threads}"
+
+
+rule tableF5_single_slot:
+    """Table F.5: held-out single-slot best-response gains per slot."""
+    input:
+        summary=GAPS_SUMMARY,
+    output:
+        tex="paper/tables/tableF5_single_slot.tex",
+        csv=report(
+            "paper/tables/tableF5_single_slot.csv",
+            caption="../report/tableF5_single_slot.rst",
+            category="Gaps",
+        ),
+        values="paper/values/tableF5_single_slot.tex",
+    params:
+        spec=as_json({}),
+    log:
+        f"{LOGS}/report/tableF5_single_slot.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    conda:
+        "../../envs/floorgap.yaml"
+    shell:
+        "{PY}.report tableF5_single_slot --summary {input.summary} --spec {params.spec:q}"
+        " --out-dir paper/tables --out-values {output.values} --log {log} --threads {threads}"
+
+
+rule tableF6_sweeps:
+    """Table F.6: coordinate sweeps in both directions vs the sum of isolated gains."""
+    input:
+        summary=GAPS_SUMMARY,
+    output:
+        tex="paper/tables/tableF6_sweeps.tex",
+        csv=report(
+            "paper/tables/tableF6_sweeps.csv",
+            caption="../report/tableF6_sweeps.rst",
+            category="Gaps",
+        ),
+        values="paper/values/tableF6_sweeps.tex",
+    params:
+        spec=as_json({}),
+    log:
+        f"{LOGS}/report/tableF6_sweeps.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    conda:
+        "../../envs/floorgap.yaml"
+    shell:
+        "{PY}.report tableF6_sweeps --summary {input.summary} --spec {params.spec:q}"
+        " --out-dir paper/tables --out-values {output.values} --log {log} --threads {threads}"

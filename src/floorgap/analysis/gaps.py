@@ -16,7 +16,8 @@ exposure). The statistics (paper Secs. 3.3, 3.5, 4, App. E, F.1-F.6, H.5):
   (cross-fitted on two folds by path parity), ``dtau_br_in_sample`` and ``dtau_br_optimism``
   (in-sample minus held-out); coordinate sweeps ``sweep_forward`` (0 -> gamma-1),
   ``sweep_backward`` (gamma-1 -> 0), ``sweep_isolated_sum`` (sum of the isolated gains on the
-  same split) and ``sweep_forward_minus_isolated`` / ``sweep_backward_minus_isolated``;
+  same split), ``sweep_forward_minus_isolated`` / ``sweep_backward_minus_isolated`` and
+  ``sweep_forward_ratio`` / ``sweep_backward_ratio`` (sweep over isolated sum);
 * contrasts (variant ``"<a>-<b>"``, default ours - dspark) on the anchors both evaluated:
   ``diff_T1``, ``diff_R_oracle``, ``diff_R_self``, ``diff_G1``, ``diff_exposure`` per slot and
   ``gap_reduction`` = (G1_b - G1_a) / G1_b (per slot; the last slot is the paper's number).
@@ -98,6 +99,8 @@ NOTES = {
     "sweep_isolated_sum": "sum over slots of the isolated held-out gains",
     "sweep_forward_minus_isolated": "forward sweep minus the sum of isolated gains",
     "sweep_backward_minus_isolated": "backward sweep minus the sum of isolated gains",
+    "sweep_forward_ratio": "forward sweep over the sum of isolated gains, ratio of sums",
+    "sweep_backward_ratio": "backward sweep over the sum of isolated gains, ratio of sums",
     "gap_reduction": "(G1_b - G1_a) / G1_b, ratio of population sums",
 }
 
@@ -332,6 +335,9 @@ def _variant_block(rows: list[dict], v: VariantRecords, rec: GapRecords, s: _Sco
                         ("sweep_forward_minus_isolated", sw.forward - sw.isolated_sum),
                         ("sweep_backward_minus_isolated", sw.backward - sw.isolated_sum)):
             _emit(rows, stat, v.name, dom, *s.ratio(x.unsqueeze(-1)))
+        iso = sw.isolated_sum.unsqueeze(-1)
+        _emit(rows, "sweep_forward_ratio", v.name, dom, *s.ratio(sw.forward.unsqueeze(-1), iso))
+        _emit(rows, "sweep_backward_ratio", v.name, dom, *s.ratio(sw.backward.unsqueeze(-1), iso))
 
 
 def _contrast_block(rows: list[dict], va: VariantRecords, vb: VariantRecords, rec: GapRecords,

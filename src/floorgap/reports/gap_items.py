@@ -1,0 +1,459 @@
+"""Paper items of the gap half: Figs. 4, 6, 7 and Tables 5, 6, 7, 8, 12, F.5, F.6.
+
+Every item reads the gaps summary of the primary target
+(``results/<target>/gaps/summary.parquet``, written by ``python -m floorgap.serving_risk``),
+writes its figure (``figures/<name>.pdf`` + ``.png``) or table (``paper/tables/<name>.tex`` +
+``.csv``) and returns the macros of the numbers the text cites. Signature of an item:
+``item(inputs, spec, out_dir) -> {macro: value}`` with ``inputs["summary"]`` the summary path.
+
+``spec`` may name the variants: ``order0`` (default "dflash"), ``order1`` ("dspark"), ``ours``
+("ours"); figures also take the plotting options.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from floorgap.records import read_metadata, read_table
+from floorgap.reports.common import (
+    fmt,
+    fmt_interval,
+    fmt_pct,
+    macro_name,
+    save_figure,
+    write_table,
+)
+
+__all__ = [
+    "GapSummary",
+    "fig4_drafter_decomposition",
+    "fig6_slot_priority",
+    "fig7_prefix_attention",
+    "table5_dflash",
+    "table6_dspark",
+    "table7_serving_risk",
+    "table8_dependence",
+    "table12_ours_vs_dspark",
+    "tableF5_single_slot",
+    "tableF6_sweeps",
+]
+
+LABELS = {"dflash": "DFlash", "dspark": "DSpark", "ours": "Ours"}
+
+
+class GapSummary:
+    """Lookup over the long-format gaps summary."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.df = read_table(path)
+        self.meta = read_metadata(path)
+        need = {"statistic", "variant", "domain", "slot", "estimate", "lower", "upper"}
+        if not need <= set(self.df.columns):
+            raise ValueError(f"{path} is not a gaps summary (columns {list(self.df.columns)})")
+        self.gamma = int(self.meta.get("gamma") or self.df["slot"].max() + 1)
+        self.last = self.gamma - 1
+        self.slots = list(range(self.gamma))
+        self.variants = sorted(v for v in self.df["variant"].unique() if "-" not in v)
+
+    def get(self, statistic: str, variant: str, slot: int = -1, domain: str = "all",
+            field: str = "estimate") -> float:
+        df = self.df
+        row = df[(df["statistic"] == statistic) & (df["variant"] == variant)
+                 & (df["domain"] == domain) & (df["slot"] == slot)]
+        return float(row[field].iloc[0]) if len(row) else float("nan")
+
+    def series(self, statistic: str, variant: str, slots: list[int], domain: str = "all"
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return tuple(np.array([self.get(statistic, variant, k, domain, f) for k in slots])
+                     for f in ("estimate", "lower", "upper"))
+
+    def require(self, variant: str) -> None:
+        if variant not in self.variants:
+            raise ValueError(f"{self.path} has no variant {variant!r} (has {self.variants})")
+
+    @property
+    def target(self) -> str:
+        return str(self.meta.get("target") or "")
+
+
+def _summary(inputs: Mapping[str, Path]) -> GapSummary:
+    if "summary" not in inputs:
+        raise ValueError("this item needs --summary (the gaps summary parquet)")
+    return GapSummary(inputs["summary"])
+
+
+def _names(spec: Mapping[str, Any]) -> tuple[str, str, str]:
+    return (str(spec.get("order0", "dflash")), str(spec.get("order1", "dspark")),
+            str(spec.get("ours", "ours")))
+
+
+def _label(v: str) -> str:
+    return LABELS.get(v, v)
+
+
+def _ci(s: GapSummary, stat: str, v: str, k: int = -1, digits: int = 3) -> str:
+    return fmt_interval(s.get(stat, v, k, field="lower"), s.get(stat, v, k, field="upper"), digits)
+
+
+def _signed(value: float, digits: int = 2) -> str:
+    if value is None or not math.isfinite(value):
+        return "--"
+    return f"\\ensuremath{{{value:+.{digits}f}}}"
+
+
+def _table(rows: list[list[Any]], header: list[str], name: str, out_dir: Path,
+           csv_rows: list[dict]) -> None:
+    latex = pd.DataFrame(rows, columns=header)
+    write_table(pd.DataFrame(csv_rows), name, tex_dir=out_dir, latex=latex)
+
+
+def _long(s: GapSummary, stats: list[str], variants: list[str], slots: list[int]) -> list[dict]:
+    """The csv: one row per statistic x variant x slot (full precision)."""
+    out = []
+    for v in variants:
+        for stat in stats:
+            for k in slots:
+                out.append({"statistic": stat, "variant": v, "slot": k,
+                            "estimate": s.get(stat, v, k), "lower": s.get(stat, v, k,
+                                                                          field="lower"),
+                            "upper": s.get(stat, v, k, field="upper"),
+                            "n_anchors": s.get(stat, v, k, field="n_anchors")})
+    return out
+
+
+# -- tables -------------------------------------------------------------------------------------
+
+def table5_dflash(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                  ) -> dict[str, str]:
+    """Table 5: DFlash T0, R, G0 with its interval and G0/R per slot."""
+    s = _summary(inputs)
+    v, _, _ = _names(spec)
+    s.require(v)
+    ks = s.slots
+    rows = [["$T^{(0)}$", *[fmt(s.get("T0", v, k), 2) for k in ks]],
+            ["$R$", *[fmt(s.get("R", v, k), 2) for k in ks]],
+            ["$G^{(0)}=R-T^{(0)}$", *[fmt(s.get("G0", v, k), 2) for k in ks]],
+            ["95\\% CI on $G^{(0)}$", *[_ci(s, "G0", v, k) for k in ks]],
+            ["$G^{(0)}/R$", *[fmt_pct(s.get("G0_share", v, k)) for k in ks]]]
+    _table(rows, ["slot", *map(str, ks)], "table5_dflash", out_dir,
+           _long(s, ["T0", "R", "G0", "G0_share"], [v], ks))
+    L = s.last
+    return {
+        macro_name("dflash", "risk", "last"): fmt(s.get("R", v, L), 2),
+        macro_name("dflash", "floor", "last"): fmt(s.get("T0", v, L), 2),
+        macro_name("dflash", "gap", "last"): fmt(s.get("G0", v, L), 2),
+        macro_name("dflash", "gap", "last", "CI"): _ci(s, "G0", v, L),
+        macro_name("dflash", "gap", "share", "last"): fmt_pct(s.get("G0_share", v, L)),
+        macro_name("dflash", "gap", "first"): fmt(s.get("G0", v, 0), 2),
+    }
+
+
+def _table6_slots(s: GapSummary, spec: Mapping[str, Any]) -> list[int]:
+    ks = [int(k) for k in spec.get("table6_slots", []) if 0 <= int(k) < s.gamma]
+    return ks or s.slots
+
+
+def table6_dspark(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                  ) -> dict[str, str]:
+    """Table 6: DSpark T1, R^oracle, G1 with its interval, exposure and R^self per slot."""
+    s = _summary(inputs)
+    _, v, _ = _names(spec)
+    s.require(v)
+    ks = _table6_slots(s, spec)
+    rows = [["$T^{(1)}$", *[fmt(s.get("T1", v, k), 2) for k in ks]],
+            ["$R^{\\mathrm{oracle}}$", *[fmt(s.get("R_oracle", v, k), 2) for k in ks]],
+            ["$G^{(1)}$", *[fmt(s.get("G1", v, k), 2) for k in ks]],
+            ["95\\% CI on $G^{(1)}$", *[_ci(s, "G1", v, k) for k in ks]],
+            ["$E^{\\mathrm{expo}}$", *[fmt(s.get("exposure", v, k), 2) for k in ks]],
+            ["$R^{\\mathrm{self}}$", *[fmt(s.get("R_self", v, k), 2) for k in ks]]]
+    _table(rows, ["slot", *map(str, ks)], "table6_dspark", out_dir,
+           _long(s, ["T1", "R_oracle", "G1", "G1_share", "exposure", "R_self"], [v], ks))
+    L = s.last
+    return {
+        macro_name("dspark", "floor", "last"): fmt(s.get("T1", v, L), 2),
+        macro_name("dspark", "oracle", "risk", "last"): fmt(s.get("R_oracle", v, L), 2),
+        macro_name("dspark", "gap", "last"): fmt(s.get("G1", v, L), 2),
+        macro_name("dspark", "gap", "last", "CI"): _ci(s, "G1", v, L),
+        macro_name("dspark", "gap", "share", "last"): fmt_pct(s.get("G1_share", v, L)),
+        macro_name("dspark", "exposure", "last"): fmt(s.get("exposure", v, L), 2),
+        macro_name("dspark", "self", "risk", "last"): fmt(s.get("R_self", v, L), 2),
+    }
+
+
+def table7_serving_risk(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                        ) -> dict[str, str]:
+    """Table 7: free vs serving-weighted risk (slots >= 1) for both released drafters."""
+    s = _summary(inputs)
+    v0, v1, _ = _names(spec)
+    ks = s.slots[1:]
+    rows, values = [], {}
+    for v, free_label in ((v0, "R_{k}"), (v1, "R_{k}^{\\mathrm{oracle}}")):
+        if v not in s.variants:
+            continue
+        name = _label(v)
+        rows += [[f"{name} ${free_label}$", *[fmt(s.get("R_free", v, k), 2) for k in ks]],
+                 [f"{name} $R_{{k}}^{{\\mathrm{{serve}}}}$",
+                  *[fmt(s.get("R_serve", v, k), 2) for k in ks]],
+                 ["difference", *[_signed(s.get("R_serve_minus_free", v, k)) for k in ks]],
+                 ["95\\% CI", *[_ci(s, "R_serve_minus_free", v, k) for k in ks]]]
+        L = s.last
+        values[macro_name(v, "free", "risk", "last")] = fmt(s.get("R_free", v, L), 3)
+        values[macro_name(v, "serve", "risk", "last")] = fmt(s.get("R_serve", v, L), 3)
+        values[macro_name(v, "serve", "minus", "free", "last")] = _signed(
+            s.get("R_serve_minus_free", v, L))
+    if not rows:
+        raise ValueError(f"{s.path} has neither {v0!r} nor {v1!r}")
+    _table(rows, ["slot $k$", *map(str, ks)], "table7_serving_risk", out_dir,
+           _long(s, ["R_free", "R_serve", "R_serve_minus_free"],
+                 [v for v in (v0, v1) if v in s.variants], ks))
+    return values
+
+
+def table8_dependence(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                      ) -> dict[str, str]:
+    """Table 8: D_k per slot; tau joint vs tau independent in the values."""
+    s = _summary(inputs)
+    v0, v1, _ = _names(spec)
+    variants = [v for v in (v0, v1) if v in s.variants]
+    if not variants:
+        raise ValueError(f"{s.path} has neither {v0!r} nor {v1!r}")
+    rows, values = [], {}
+    for v in variants:
+        rows.append([_label(v), *[fmt(s.get("D", v, k), 3) for k in s.slots]])
+        values[macro_name(v, "dependence", "last")] = fmt(s.get("D", v, s.last), 2)
+        values[macro_name(v, "tau")] = fmt(s.get("tau", v), 3)
+        values[macro_name(v, "tau", "independent")] = fmt(s.get("tau_independent", v), 3)
+        values[macro_name(v, "tau", "gap")] = fmt(s.get("tau_gap", v), 3)
+        values[macro_name(v, "tau", "gap", "CI")] = _ci(s, "tau_gap", v)
+    csv = _long(s, ["D", "S", "marginal"], variants, s.slots)
+    csv += _long(s, ["tau", "tau_independent", "tau_gap"], variants, [-1])
+    _table(rows, ["slot $k$", *map(str, s.slots)], "table8_dependence", out_dir, csv)
+    return values
+
+
+def table12_ours_vs_dspark(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                           ) -> dict[str, str]:
+    """Table 12: T1, R^oracle and R^self per slot for DSpark and ours."""
+    s = _summary(inputs)
+    _, v1, vo = _names(spec)
+    s.require(v1)
+    s.require(vo)
+    ks = s.slots
+    rows = []
+    for stat, label in (("T1", "$T^{(1)}$"), ("R_oracle", "$R^{\\mathrm{oracle}}$"),
+                        ("R_self", "$R^{\\mathrm{self}}$")):
+        rows.append([label, _label(v1), *[fmt(s.get(stat, v1, k), 2) for k in ks]])
+        rows.append(["", _label(vo), *[fmt(s.get(stat, vo, k), 2) for k in ks]])
+    pair = f"{vo}-{v1}"
+    csv = _long(s, ["T1", "R_oracle", "R_self", "G1", "exposure"], [v1, vo], ks)
+    csv += _long(s, ["diff_T1", "diff_R_oracle", "diff_R_self", "diff_G1", "diff_exposure",
+                     "gap_reduction"], [pair], ks)
+    latex = pd.DataFrame(rows, columns=["Metric", "Drafter", *map(str, ks)])
+    write_table(pd.DataFrame(csv), "table12_ours_vs_dspark", tex_dir=out_dir, latex=latex,
+                column_format="ll" + "r" * len(ks))
+    L = s.last
+    return {
+        macro_name("ours", "gap", "reduction", "last"): fmt_pct(s.get("gap_reduction", pair, L)),
+        macro_name("ours", "gap", "reduction", "last", "CI"): fmt_interval(
+            s.get("gap_reduction", pair, L, field="lower"),
+            s.get("gap_reduction", pair, L, field="upper")),
+        macro_name("ours", "gap", "last"): fmt(s.get("G1", vo, L), 2),
+        macro_name("ours", "vs", "dspark", "gap", "last"): fmt(s.get("G1", v1, L), 2),
+        macro_name("ours", "exposure", "last"): fmt(s.get("exposure", vo, L), 2),
+        macro_name("ours", "vs", "dspark", "exposure", "last"): fmt(s.get("exposure", v1, L), 2),
+        macro_name("ours", "self", "risk", "last"): fmt(s.get("R_self", vo, L), 2),
+        macro_name("ours", "vs", "dspark", "self", "risk", "last"): fmt(s.get("R_self", v1, L), 2),
+    }
+
+
+def tableF5_single_slot(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                        ) -> dict[str, str]:
+    """Table F.5: held-out single-slot best-response gains per slot with intervals."""
+    s = _summary(inputs)
+    v0, v1, _ = _names(spec)
+    variants = [v for v in (v0, v1) if v in s.variants]
+    if not variants:
+        raise ValueError(f"{s.path} has neither {v0!r} nor {v1!r}")
+    rows, values = [], {}
+    for v in variants:
+        rows.append([f"{_label(v)} $\\Delta\\tau_{{k}}^{{\\mathrm{{BR}}}}$",
+                     *[fmt(s.get("dtau_br", v, k), 3) for k in s.slots]])
+        rows.append(["95\\% CI", *[_ci(s, "dtau_br", v, k) for k in s.slots]])
+        gains = [s.get("dtau_br", v, k) for k in s.slots]
+        opt = [s.get("dtau_br_optimism", v, k) for k in s.slots]
+        values[macro_name(v, "best", "response", "first")] = fmt(gains[0], 3)
+        values[macro_name(v, "best", "response", "last")] = fmt(gains[-1], 3)
+        values[macro_name(v, "best", "response", "argmin")] = str(int(np.nanargmin(gains)))
+        values[macro_name(v, "best", "response", "argmax")] = str(int(np.nanargmax(gains)))
+        values[macro_name(v, "best", "response", "optimism", "max")] = fmt(float(np.nanmax(opt)))
+    _table(rows, ["slot $k$", *map(str, s.slots)], "tableF5_single_slot", out_dir,
+           _long(s, ["dtau_br", "dtau_br_in_sample", "dtau_br_optimism"], variants, s.slots))
+    return values
+
+
+def tableF6_sweeps(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                   ) -> dict[str, str]:
+    """Table F.6: sum of isolated gains vs coordinate sweeps in both directions."""
+    s = _summary(inputs)
+    v0, v1, _ = _names(spec)
+    variants = [v for v in (v0, v1) if v in s.variants]
+    if not variants:
+        raise ValueError(f"{s.path} has neither {v0!r} nor {v1!r}")
+    rows, values = [], {}
+    n = s.gamma - 1
+    for v in variants:
+        rows.append([_label(v), fmt(s.get("sweep_isolated_sum", v), 2),
+                     f"{fmt(s.get('sweep_forward', v), 2)} {_ci(s, 'sweep_forward', v)}",
+                     f"{fmt(s.get('sweep_backward', v), 2)} {_ci(s, 'sweep_backward', v)}"])
+        values[macro_name(v, "sweep", "forward")] = fmt(s.get("sweep_forward", v), 2)
+        values[macro_name(v, "sweep", "backward")] = fmt(s.get("sweep_backward", v), 2)
+        values[macro_name(v, "sweep", "isolated", "sum")] = fmt(s.get("sweep_isolated_sum", v), 2)
+        values[macro_name(v, "sweep", "ratio")] = fmt(s.get("sweep_forward_ratio", v), 2)
+        values[macro_name(v, "sweep", "direction", "difference")] = fmt(
+            abs(s.get("sweep_forward", v) - s.get("sweep_backward", v)), 3)
+    header = ["", "sum of isolated gains", f"sweep $0\\!\\to\\!{n}$", f"sweep ${n}\\!\\to\\!0$"]
+    stats = ["sweep_isolated_sum", "sweep_forward", "sweep_backward",
+             "sweep_forward_minus_isolated", "sweep_backward_minus_isolated",
+             "sweep_forward_ratio", "sweep_backward_ratio"]
+    _table(rows, header, "tableF6_sweeps", out_dir, _long(s, stats, variants, [-1]))
+    return values
+
+
+# -- figures ------------------------------------------------------------------------------------
+
+def _figure(spec: Mapping[str, Any], ncols: int):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    size = float(spec.get("font_size", 8))
+    plt.rcParams.update({
+        "font.size": size, "axes.labelsize": size, "axes.titlesize": size,
+        "legend.fontsize": size - 1, "xtick.labelsize": size - 1, "ytick.labelsize": size - 1,
+        "axes.spines.top": False, "axes.spines.right": False, "axes.linewidth": 0.6,
+        "lines.linewidth": 1.2, "lines.markersize": 3.5, "legend.frameon": False,
+        "pdf.fonttype": 42, "svg.hashsalt": "floorgap",
+    })
+    width = float(spec.get("width_in", 3.4)) * (1 if ncols == 1 else 2)
+    fig, axes = plt.subplots(1, ncols, figsize=(width, float(spec.get("height_in", 2.4))),
+                             squeeze=False)
+    return fig, list(axes[0])
+
+
+def _save(fig, name: str, out_dir: Path, spec: Mapping[str, Any]) -> None:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout(pad=0.3)
+    save_figure(fig, name, fig_dir=out_dir, dpi=int(spec.get("dpi", 200)))
+    plt.close(fig)
+
+
+def _stack(ax, ks: list[int], parts: list[tuple[str, np.ndarray]], title: str) -> None:
+    bottom = np.zeros(len(ks))
+    for label, y in parts:
+        y = np.nan_to_num(y)
+        ax.bar(ks, y, bottom=bottom, label=label, width=0.7)
+        bottom = bottom + y
+    ax.set_xticks(ks)
+    ax.set_xlabel("slot $k$")
+    ax.set_ylabel("rejection risk")
+    ax.set_title(title)
+    ax.legend(loc="upper left")
+
+
+def fig4_drafter_decomposition(inputs: Mapping[str, Path], spec: Mapping[str, Any],
+                               out_dir: Path) -> dict[str, str]:
+    """Fig. 4: DFlash R = T0 + G0 (left); DSpark R^self = T1 + G1 + exposure (right)."""
+    s = _summary(inputs)
+    v0, v1, _ = _names(spec)
+    s.require(v0)
+    s.require(v1)
+    ks = s.slots
+    fig, (left, right) = _figure(spec, 2)
+    _stack(left, ks, [("floor $T^{(0)}$", s.series("T0", v0, ks)[0]),
+                      ("gap $G^{(0)}$", s.series("G0", v0, ks)[0])], _label(v0))
+    _stack(right, ks, [("floor $T^{(1)}$", s.series("T1", v1, ks)[0]),
+                       ("gap $G^{(1)}$", s.series("G1", v1, ks)[0]),
+                       ("exposure", s.series("exposure", v1, ks)[0])], _label(v1))
+    _save(fig, "fig4_drafter_decomposition", out_dir, spec)
+    L = s.last
+    return {
+        macro_name("fig", "four", "dflash", "gap", "last"): fmt(s.get("G0", v0, L), 2),
+        macro_name("fig", "four", "dspark", "gap", "last"): fmt(s.get("G1", v1, L), 2),
+        macro_name("fig", "four", "dspark", "exposure", "last"): fmt(s.get("exposure", v1, L), 2),
+    }
+
+
+def _line(ax, ks: list[int], series: tuple[np.ndarray, np.ndarray, np.ndarray], label: str,
+          marker: str = "o") -> None:
+    est, lo, hi = series
+    (h,) = ax.plot(ks, est, marker=marker, label=label)
+    if np.isfinite(lo).any():
+        ax.fill_between(ks, lo, hi, alpha=0.2, color=h.get_color(), linewidth=0)
+
+
+def fig6_slot_priority(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                       ) -> dict[str, str]:
+    """Fig. 6: model gap by slot (left) and held-out single-slot gain by slot (right)."""
+    s = _summary(inputs)
+    v0, v1, _ = _names(spec)
+    variants = [v for v in (v0, v1) if v in s.variants]
+    if not variants:
+        raise ValueError(f"{s.path} has neither {v0!r} nor {v1!r}")
+    ks = s.slots
+    fig, (left, right) = _figure(spec, 2)
+    values = {}
+    for v in variants:
+        gap = "G0" if v == v0 else "G1"
+        _line(left, ks, s.series(gap, v, ks), _label(v))
+        _line(right, ks, s.series("dtau_br", v, ks), _label(v))
+        gains = s.series("dtau_br", v, ks)[0]
+        values[macro_name("fig", "six", v, "gain", "ratio", "first", "last")] = fmt(
+            gains[0] / gains[-1] if gains[-1] else float("nan"), 2)
+    left.set_ylabel("model gap")
+    right.set_ylabel("$\\Delta\\tau_k^{\\mathrm{BR}}$ (held out)")
+    for ax in (left, right):
+        ax.set_xlabel("slot $k$")
+        ax.set_xticks(ks)
+        ax.legend()
+    _save(fig, "fig6_slot_priority", out_dir, spec)
+    return values
+
+
+def fig7_prefix_attention(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                          ) -> dict[str, str]:
+    """Fig. 7: ours vs DSpark per slot: model gap, exposure and self-conditioned risk."""
+    s = _summary(inputs)
+    _, v1, vo = _names(spec)
+    s.require(v1)
+    s.require(vo)
+    ks = s.slots
+    fig, axes = _figure(spec, 3)
+    for ax, (stat, title) in zip(axes, (("G1", "model gap $G^{(1)}$"),
+                                        ("exposure", "exposure"),
+                                        ("R_self", "$R^{\\mathrm{self}}$")), strict=True):
+        _line(ax, ks, s.series(stat, v1, ks), _label(v1), "o")
+        _line(ax, ks, s.series(stat, vo, ks), _label(vo), "s")
+        ax.set_title(title)
+        ax.set_xlabel("slot $k$")
+        ax.set_xticks(ks)
+    axes[0].legend()
+    _save(fig, "fig7_prefix_attention", out_dir, spec)
+    pair = f"{vo}-{v1}"
+    L = s.last
+    return {
+        macro_name("fig", "seven", "gap", "reduction", "last"): fmt_pct(
+            s.get("gap_reduction", pair, L)),
+        macro_name("fig", "seven", "exposure", "change", "last"): _signed(
+            s.get("diff_exposure", pair, L)),
+        macro_name("fig", "seven", "self", "risk", "change", "last"): _signed(
+            s.get("diff_R_self", pair, L)),
+    }
