@@ -2,7 +2,8 @@
 
 Each anchor has a tiny Markov target over V tokens (Dirichlet rows): p_0 and p_k(. | z_{k-1}).
 Paths are sampled from it; the floors come from the estimators on the per-path rows (T0
-in-sample; T1 grouped by the realised predecessor, written as the importance-route column).
+in-sample; T1 grouped by the realised predecessor, written as the importance-route column,
+NaN at slot 0 as the probe writes it).
 Drafters: "dflash" (order 0, one Dirichlet row per slot, or q = p when ``exact``), "dspark"
 and "ours" (order 1: a Dirichlet table per slot fed the predecessor; the self chain uses the
 same table along the drafter's own draw). ``blind`` makes an order-1 drafter ignore its
@@ -60,9 +61,11 @@ def build(root: Path, *, domains=("gsm8k", "alpaca"), anchors_per_domain=4, gamm
             for k in range(gamma):
                 pred = None if k == 0 else tokens[:, k - 1]
                 floor_rows.append({
-                    "anchor_id": aid, "prompt_id": prompt, "domain": domain, "stratum": "", "pi": 0.5 + 0.1 * a,
+                    "anchor_id": aid, "prompt_id": prompt, "domain": domain, "stratum": "",
+                    "pi": 0.5 + 0.1 * a,
                     "slot": k, "status": "ok", "t0": float(floor_order0(P[k])),
-                    "t1_reweighted": float(floor_order1_plugin(P[k], pred))})
+                    "t1_reweighted": (float("nan") if k == 0
+                                      else float(floor_order1_plugin(P[k], pred)))})
             for name, opts in variants.items():
                 order = int(opts.get("order", 0))
                 q0 = P[0, 0].clone() if opts.get("exact") else _dirichlet(gen, (V,))

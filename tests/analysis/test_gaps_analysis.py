@@ -67,6 +67,9 @@ def test_blind_drafter_has_zero_exposure(toy):
 def test_oracle_risk_above_order1_floor(toy):
     _, rec, df = toy
     assert len(per_anchor_floor_check(rec, tol=1e-9)) == 0
+    assert _get(df, "T1", "dspark", 0) == pytest.approx(_get(df, "T0", "dspark", 0), abs=1e-12)
+    assert _get(df, "G1", "dspark", 0) == pytest.approx(_get(df, "R_oracle", "dspark", 0)
+                                                        - _get(df, "T0", "dspark", 0), abs=1e-12)
     for v in ("dspark", "ours", "blind"):
         for k in range(rec.gamma):
             assert _get(df, "G1", v, k) >= -1e-9

@@ -1,7 +1,7 @@
 """Gap-half analysis: model gaps, exposure, serving risk, dependence and best responses.
 
 Inputs are the floors stage's per anchor x slot table of one target (T0 in-sample; T1 by the
-importance route, column ``t1_reweighted``; the anchor's prompt, domain and inclusion
+importance route, column ``t1_reweighted``, which at slot 0 is T0; the anchor's prompt, domain and inclusion
 probability) and every drafter evaluation shard of every variant (per anchor x path x slot:
 p(Z_k), q(Z_k), TV, accept factor and the self chain; per anchor x slot: R, R^oracle, R^self,
 exposure). The statistics (paper Secs. 3.3, 3.5, 4, App. E, F.1-F.6, H.5):
@@ -199,6 +199,9 @@ def load_records(anchor_slot: str | Path, paths_files: Sequence[str | Path],
                .reset_index(drop=True))
     t0 = table.pivot(index="anchor_id", columns="slot", values="t0")
     t1 = table.pivot(index="anchor_id", columns="slot", values="t1_reweighted")
+    # The importance route reveals a predecessor, so it has no value at slot 0; there every
+    # path shares the committed token and the order-1 floor is the order-0 floor.
+    t1[0] = t1[0].fillna(t0[0])
     known = set(anchors["anchor_id"])
     by_variant: dict[str, dict[str, list]] = {}
     target = read_metadata(anchor_slot).get("target")
