@@ -94,6 +94,15 @@ def _names(spec: Mapping[str, Any]) -> tuple[str, str, str]:
             str(spec.get("ours", "ours")))
 
 
+def _baseline_variants(s: GapSummary, spec: Mapping[str, Any]) -> list[str]:
+    """The order-0 and order-1 baselines present in the summary (at least one is required)."""
+    v0, v1, _ = _names(spec)
+    variants = [v for v in (v0, v1) if v in s.variants]
+    if not variants:
+        raise ValueError(f"{s.path} has neither {v0!r} nor {v1!r}")
+    return variants
+
+
 def _label(v: str) -> str:
     return LABELS.get(v, v)
 
@@ -221,9 +230,7 @@ def table8_dependence(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_d
     """Table 8: D_k per slot; tau joint vs tau independent in the values."""
     s = _summary(inputs)
     v0, v1, _ = _names(spec)
-    variants = [v for v in (v0, v1) if v in s.variants]
-    if not variants:
-        raise ValueError(f"{s.path} has neither {v0!r} nor {v1!r}")
+    variants = _baseline_variants(s, spec)
     rows, values = [], {}
     for v in variants:
         rows.append([_label(v), *[fmt(s.get("D", v, k), 3) for k in s.slots]])
@@ -278,9 +285,7 @@ def tableF5_single_slot(inputs: Mapping[str, Path], spec: Mapping[str, Any], out
     """Table F.5: held-out single-slot best-response gains per slot with intervals."""
     s = _summary(inputs)
     v0, v1, _ = _names(spec)
-    variants = [v for v in (v0, v1) if v in s.variants]
-    if not variants:
-        raise ValueError(f"{s.path} has neither {v0!r} nor {v1!r}")
+    variants = _baseline_variants(s, spec)
     rows, values = [], {}
     for v in variants:
         rows.append([f"{_label(v)} $\\Delta\\tau_{{k}}^{{\\mathrm{{BR}}}}$",
@@ -303,9 +308,7 @@ def tableF6_sweeps(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir:
     """Table F.6: sum of isolated gains vs coordinate sweeps in both directions."""
     s = _summary(inputs)
     v0, v1, _ = _names(spec)
-    variants = [v for v in (v0, v1) if v in s.variants]
-    if not variants:
-        raise ValueError(f"{s.path} has neither {v0!r} nor {v1!r}")
+    variants = _baseline_variants(s, spec)
     rows, values = [], {}
     n = s.gamma - 1
     for v in variants:
@@ -405,9 +408,7 @@ def fig6_slot_priority(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
     """Fig. 6: model gap by slot (left) and held-out single-slot gain by slot (right)."""
     s = _summary(inputs)
     v0, v1, _ = _names(spec)
-    variants = [v for v in (v0, v1) if v in s.variants]
-    if not variants:
-        raise ValueError(f"{s.path} has neither {v0!r} nor {v1!r}")
+    variants = _baseline_variants(s, spec)
     ks = s.slots
     fig, (left, right) = _figure(spec, 2)
     values = {}
