@@ -19,9 +19,11 @@ SMOKE_CONFIG = REPO / "workflow" / "configs" / "smoke.yaml"
 def snakemake(*args: str, cwd: Path, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
     """Run the repository's workflow with the Snakemake CLI of this interpreter's environment."""
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), *args]
-    env = dict(os.environ)
-    # Rules call `python -m floorgap...`: make sure that python is this environment's.
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    # PATH is left as it is, without this environment's bin folder in front: the workflow
+    # itself must make its jobs' `python -m floorgap...` find the package.
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != bin_dir)
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -2,11 +2,18 @@
 # per-stage specs handed to the CLIs. Specs travel as `params`, so a rule reruns exactly when
 # the part of the config it reads changes, and never when an unrelated key does.
 import json
+import os
+import sys
 
 from snakemake.utils import validate
 
 
 validate(config, schema="../schemas/config.schema.yaml")
+
+# Rules call `python -m floorgap...`: put the interpreter running Snakemake (for instance
+# .venv/bin of `.venv/bin/snakemake`) first on PATH, so the jobs find the package without an
+# activated environment. `--sdm conda` jobs activate their env in front of it.
+os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 
 TARGETS = list(config["targets"])
 DOMAINS = list(config["domains"])
