@@ -42,6 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from floorgap.estimators.barycentre import tv_distance
+
 KINDS = ("dflash", "dspark", "prefix_attention")
 ORDER = {"dflash": 0, "dspark": 1, "prefix_attention": 1}
 
@@ -538,10 +540,12 @@ class Drafter(nn.Module):
             if target_probs is None:
                 raise ValueError(f"{self.cfg.kind} loss needs target_probs")
             p = target_probs.float()
-            tv = 0.5 * (torch.softmax(logits, -1) - p).abs().sum(-1)          # [B, G]
+            tv = tv_distance(torch.softmax(logits, -1), p)                     # [B, G]
             l_tv = reduce(tv)
             conf = output.confidence.float().clamp(1e-6, 1 - 1e-6)
-            l_conf = reduce(F.binary_cross_entropy(conf, (1 - tv).detach(), reduction="none"))
+            # Rounding can push 1 - TV a hair outside [0, 1] (renormalised top-K targets).
+            accept = (1 - tv).detach().clamp(0.0, 1.0)
+            l_conf = reduce(F.binary_cross_entropy(conf, accept, reduction="none"))
             total = total + self.cfg.tv_weight * l_tv + self.cfg.conf_weight * l_conf
             parts.update(tv=float(l_tv.detach()), conf=float(l_conf.detach()))
         if self.cfg.kind == "prefix_attention":
