@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from floorgap.records import atomic_path
+from floorgap.records import atomic_path, read_metadata, read_table
 
 _DIGITS = ["Zero", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine"]
 
@@ -119,3 +119,26 @@ def save_figure(fig: Any, name: str, *, fig_dir: str | Path = "figures", dpi: in
         meta = {"CreationDate": None} if ext == "pdf" else {"Software": None}
         with atomic_path(fig_dir / f"{name}.{ext}") as tmp:
             fig.savefig(tmp, format=ext, dpi=dpi, bbox_inches="tight", metadata=meta)
+
+
+class LongSummary:
+    """A long-format analysis summary (one row per statistic x scope x slot) and its metadata.
+
+    Subclasses name the ``columns`` they need and the ``kind`` shown in the error message.
+    """
+
+    columns: frozenset[str] = frozenset({"statistic", "domain", "slot", "estimate", "lower",
+                                         "upper"})
+    kind = "summary"
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.df = read_table(path)
+        self.meta = read_metadata(path)
+        if not self.columns <= set(self.df.columns):
+            raise ValueError(f"{path} is not a {self.kind} (columns {list(self.df.columns)})")
+
+    @property
+    def target(self) -> str:
+        """The target whose records the summary aggregates."""
+        return str(self.meta.get("target") or "")

@@ -18,8 +18,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from floorgap.records import read_metadata, read_table
-from floorgap.reports.common import fmt, fmt_interval, fmt_pct, macro_name, save_figure, write_table
+from floorgap.reports.common import (
+    LongSummary,
+    fmt,
+    fmt_interval,
+    fmt_pct,
+    macro_name,
+    save_figure,
+    write_table,
+)
 
 __all__ = [
     "FloorSummary",
@@ -32,16 +39,14 @@ __all__ = [
 ]
 
 
-class FloorSummary:
+class FloorSummary(LongSummary):
     """Lookup over the long-format floors summary."""
 
+    columns = LongSummary.columns | {"n_anchors"}
+    kind = "floors summary"
+
     def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.df = read_table(path)
-        self.meta = read_metadata(path)
-        need = {"statistic", "domain", "slot", "estimate", "lower", "upper", "n_anchors"}
-        if not need <= set(self.df.columns):
-            raise ValueError(f"{path} is not a floors summary (columns {list(self.df.columns)})")
+        super().__init__(path)
         self.gamma = int(self.scalar("gamma"))
         self.last = self.gamma - 1
         self.slots = list(range(1, self.gamma))
@@ -64,10 +69,6 @@ class FloorSummary:
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         df = self.rows(statistic, domain).reindex(slots)
         return tuple(df[c].to_numpy(float, copy=True) for c in ("estimate", "lower", "upper"))
-
-    @property
-    def target(self) -> str:
-        return str(self.meta.get("target") or "")
 
     @property
     def level(self) -> float:

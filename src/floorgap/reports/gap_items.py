@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from floorgap.records import read_metadata, read_table
 from floorgap.reports.common import (
+    LongSummary,
     fmt,
     fmt_interval,
     fmt_pct,
@@ -47,16 +47,14 @@ __all__ = [
 LABELS = {"dflash": "DFlash", "dspark": "DSpark", "ours": "Ours"}
 
 
-class GapSummary:
+class GapSummary(LongSummary):
     """Lookup over the long-format gaps summary."""
 
+    columns = LongSummary.columns | {"variant"}
+    kind = "gaps summary"
+
     def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.df = read_table(path)
-        self.meta = read_metadata(path)
-        need = {"statistic", "variant", "domain", "slot", "estimate", "lower", "upper"}
-        if not need <= set(self.df.columns):
-            raise ValueError(f"{path} is not a gaps summary (columns {list(self.df.columns)})")
+        super().__init__(path)
         self.gamma = int(self.meta.get("gamma") or self.df["slot"].max() + 1)
         self.last = self.gamma - 1
         self.slots = list(range(self.gamma))
@@ -78,9 +76,6 @@ class GapSummary:
         if variant not in self.variants:
             raise ValueError(f"{self.path} has no variant {variant!r} (has {self.variants})")
 
-    @property
-    def target(self) -> str:
-        return str(self.meta.get("target") or "")
 
 
 def _summary(inputs: Mapping[str, Path]) -> GapSummary:
