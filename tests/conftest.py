@@ -7,7 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import functools
+import importlib.util
 import json
+from types import ModuleType
 
 import pytest
 import yaml
@@ -25,6 +28,17 @@ def snakemake(*args: str, cwd: Path, timeout: float = 1800) -> subprocess.Comple
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != bin_dir)
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@functools.cache
+def load_builders(name: str) -> ModuleType:
+    """A synthetic-record builder module of tests/analysis (``floor_builders``,
+    ``gap_builders``), loaded once by path: test folders are not packages."""
+    path = Path(__file__).resolve().parent / "analysis" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"floorgap_tests_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")

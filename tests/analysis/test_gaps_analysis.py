@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,16 +13,13 @@ from floorgap.analysis.gaps import (
     per_anchor_floor_check,
     summarise,
 )
+from conftest import load_builders
 from floorgap.cli import run_stage
 from floorgap.records import read_table
 
 
 def _builders():
-    path = Path(__file__).resolve().parent / "gap_builders.py"
-    spec = importlib.util.spec_from_file_location("gap_builders", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_builders("gap_builders")
 
 
 def _get(df, stat, variant, slot=-1, domain="all", field="estimate"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import load_builders
 from floorgap.cli import run_stage
 from floorgap.report import ITEMS, build_parser, main
 
@@ -25,11 +25,7 @@ MACRO = re.compile(r"\\newcommand\{(\\fg[A-Za-z]+)\}\{(.*)\}")
 
 
 def _builders():
-    path = Path(__file__).resolve().parents[1] / "analysis" / "floor_builders.py"
-    spec = importlib.util.spec_from_file_location("floor_builders_for_reports", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_builders("floor_builders")
 
 
 @pytest.fixture(scope="module")

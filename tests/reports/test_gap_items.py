@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-from pathlib import Path
 
 import pytest
 
+from conftest import load_builders
 from floorgap.cli import run_stage
 from floorgap.report import ITEMS, build_parser, main
 
@@ -29,11 +28,7 @@ MACRO = re.compile(r"\\newcommand\{(\\fg[A-Za-z]+)\}\{(.*)\}")
 
 
 def _builders():
-    path = Path(__file__).resolve().parents[1] / "analysis" / "gap_builders.py"
-    spec = importlib.util.spec_from_file_location("gap_builders_for_reports", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_builders("gap_builders")
 
 
 @pytest.fixture(scope="module")
