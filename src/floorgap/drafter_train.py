@@ -27,7 +27,9 @@ Data parallel. With ``train.processes > 1`` the command re-executes itself under
 split each global batch (see floorgap.models.training), rank 0 writes checkpoints and ``FINAL``.
 
 The spec holds ``target`` (config entry with ``name``), ``variant`` (variant entry with
-``name``), ``taps``, ``train`` (the config's ``drafters.train``), ``gamma`` and ``seed``.
+``name``; optional ``epochs`` and ``seed_key``), ``taps``, ``train`` (the config's
+``drafters.train``), ``gamma``, ``seed`` and optional ``export_epochs`` (write every epoch's
+weights to ``--epochs-dir``).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ FINAL_FORMAT = 1
 RUN_FILE = "run.json"
 # Variant keys that map onto DrafterConfig fields of another name, or that are not model fields.
 _RENAMED = {"layers": "n_layers", "heads": "n_heads"}
-_NOT_MODEL = {"name", "epochs", "checkpoint"}
+_NOT_MODEL = {"name", "epochs", "checkpoint", "seed_key"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoints", type=Path, default=None,
                         help="per-epoch checkpoints and log.jsonl (default: OUT's folder/checkpoints)")
     parser.add_argument("--train-log", type=Path, default=None, help="copy of the loss log")
+    parser.add_argument("--epochs-dir", type=Path, default=None,
+                        help="folder for every epoch's weights as epoch-<e>.pt (final format), "
+                        "written when the spec's export_epochs is true (training trajectory, "
+                        "table 10); created empty otherwise")
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -82,7 +88,8 @@ def drafter_config(variant: Mapping[str, Any], taps: list[int], gamma: int, targ
 
 def train_config(spec: Mapping[str, Any], checkpoint_dir: Path, device: str):
     """The ``TrainConfig`` of a variant: ``drafters.train`` (``epochs`` overridable per variant),
-    seeded by the config seed and the variant name."""
+    seeded by the config seed and the variant's ``seed_key`` (default its name; the component
+    arms of table 13 share one key, so they start from the same draws)."""
     from floorgap.models.training import TrainConfig
     from floorgap.seeds import derive_seed
 
@@ -91,7 +98,8 @@ def train_config(spec: Mapping[str, Any], checkpoint_dir: Path, device: str):
                        batch_size=int(tr["batch_size"]), lr=float(tr["lr"]),
                        warmup_steps=int(tr.get("warmup_steps", 0)),
                        weight_decay=float(tr.get("weight_decay", 0.01)),
-                       seed=derive_seed(int(spec["seed"]), "drafter-train", variant["name"]),
+                       seed=derive_seed(int(spec["seed"]), "drafter-train",
+                                       variant.get("seed_key", variant["name"])),
                        checkpoint_dir=str(checkpoint_dir), device=device)
 
 
@@ -156,6 +164,50 @@ def load_final(path: str | os.PathLike[str], target_model: Any):
     model = build_drafter(DrafterConfig(**ckpt["drafter_config"]), target_model)
     load_drafter_weights(model, ckpt)
     return model
+
+
+def final_record(ckpt: Mapping[str, Any], cfg: Any, target: str, variant: Mapping[str, Any],
+                 data_sha: str, epochs: list[dict[str, Any]], processes: int) -> dict[str, Any]:
+    """A trained drafter as the evaluation probe loads it: the trainable weights of a training
+    checkpoint, its ``DrafterConfig`` and the training provenance."""
+    return {
+        "final_format": FINAL_FORMAT,
+        "format": ckpt["format"],
+        "model": ckpt["model"],
+        "trainable_layout": ckpt["trainable_layout"],
+        "frozen_fingerprint": ckpt["frozen_fingerprint"],
+        "drafter_config": asdict(cfg),
+        "target": target,
+        "variant": dict(variant),
+        "train_config": ckpt["config"],
+        "train_config_fingerprint": ckpt["config_fingerprint"],
+        "train_data_sha256": data_sha,
+        "epochs": epochs,
+        "processes": processes,
+    }
+
+
+def export_epochs(ckpt_dir: Path, out_dir: Path, epochs: int, cfg: Any, target: str,
+                  variant: Mapping[str, Any], data_sha: str, processes: int) -> None:
+    """``out_dir/epoch-<e>.pt`` for e = 1..epochs, each in the final format, from the training
+    checkpoints (written atomically; the folder is the rule's output)."""
+    import torch
+
+    from floorgap.models.training import checkpoint_path, load_checkpoint
+    from floorgap.records import atomic_path
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for e in range(1, epochs + 1):
+        path = checkpoint_path(ckpt_dir, e)
+        if not path.exists():
+            raise StageError(f"{path} is missing: the epoch checkpoints were removed; delete "
+                             f"{ckpt_dir} and rerun the drafter rule to retrain")
+        ckpt = load_checkpoint(path)
+        history = [r for r in ckpt.get("log", []) if r.get("kind") == "epoch"]
+        record = final_record(ckpt, cfg, target, variant, data_sha, history, processes)
+        record["epoch"] = e
+        with atomic_path(out_dir / f"epoch-{e}.pt") as tmp:
+            torch.save(record, tmp)
 
 
 def _run_record(spec: Mapping[str, Any], cfg: Any, tcfg: Any, data_sha: str) -> dict[str, Any]:
@@ -252,23 +304,15 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     if result.checkpoint is None:
         raise StageError("training wrote no checkpoint")
     last = load_checkpoint(result.checkpoint)
-    final = {
-        "final_format": FINAL_FORMAT,
-        "format": last["format"],
-        "model": last["model"],
-        "trainable_layout": last["trainable_layout"],
-        "frozen_fingerprint": last["frozen_fingerprint"],
-        "drafter_config": asdict(drafter.cfg),
-        "target": target["name"],
-        "variant": dict(variant),
-        "train_config": last["config"],
-        "train_config_fingerprint": last["config_fingerprint"],
-        "train_data_sha256": data_sha,
-        "epochs": result.epochs,
-        "processes": world,
-    }
+    final = final_record(last, drafter.cfg, target["name"], variant, data_sha, result.epochs,
+                         world)
     with atomic_path(args.out) as tmp:
         torch.save(final, tmp)
+    if args.epochs_dir is not None:
+        args.epochs_dir.mkdir(parents=True, exist_ok=True)
+    if args.epochs_dir is not None and spec.get("export_epochs"):
+        export_epochs(ckpt_dir, args.epochs_dir, tcfg.epochs, drafter.cfg, target["name"],
+                      variant, data_sha, world)
     if args.train_log is not None:
         with atomic_path(args.train_log) as tmp:
             tmp.write_text("".join(json.dumps(r) + "\n" for r in result.log))

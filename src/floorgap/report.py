@@ -42,7 +42,9 @@ ITEMS: dict[str, Item] = {
     "table6_dspark": gap_items.table6_dspark,
     "table7_serving_risk": gap_items.table7_serving_risk,
     "table8_dependence": gap_items.table8_dependence,
+    "table10_trajectory": gap_items.table10_trajectory,
     "table12_ours_vs_dspark": gap_items.table12_ours_vs_dspark,
+    "table13_components": gap_items.table13_components,
     "tableF5_single_slot": gap_items.tableF5_single_slot,
     "tableF6_sweeps": gap_items.tableF6_sweeps,
 }
@@ -111,7 +113,10 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     for key, path in inputs.items():
         if not path.exists():
             raise StageError(f"input {key}={path} does not exist")
-    values = ITEMS[args.item](inputs, args.spec, args.out_dir)
+    try:
+        values = ITEMS[args.item](inputs, args.spec, args.out_dir)
+    except ValueError as exc:  # the records do not hold what the item needs
+        raise StageError(f"{args.item}: {exc}") from exc
     source = ", ".join(str(p) for p in inputs.values())
     write_values(args.out_values, values, source=source)
     logger.info("%s: wrote %s and %d values to %s", args.item, args.out_dir, len(values),

@@ -6,8 +6,10 @@ risk, dependence of the accept factors, single-slot best-response gains and coor
 of every evaluated drafter variant, with Hajek weights and prompt-cluster bootstrap intervals
 (long format). See :mod:`floorgap.analysis.gaps` for the statistics.
 
-The spec is the config's ``analysis`` section: ``bootstrap`` (B), ``level``; optional ``seed``
-and ``contrasts`` (list of [a, b] variant pairs, default [["ours", "dspark"]]).
+The spec is the config's ``analysis`` section: ``bootstrap`` (B), ``level``; optional ``seed``,
+``contrasts`` (list of [a, b] variant pairs, default [["ours", "dspark"]]), ``sweeps`` (default
+true; the coordinate sweeps are the costly part) and ``labels`` (renames variants, e.g. the
+final weights of a trajectory variant to ``<variant>@epoch-<E>``).
 """
 
 from __future__ import annotations
@@ -51,10 +53,11 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
         raise StageError(f"--spec lacks analysis key {exc}") from exc
     seed = int(spec.get("seed", DEFAULT_BOOT_SEED))
     contrasts = [tuple(c) for c in spec.get("contrasts", DEFAULT_CONTRASTS)]
+    sweeps = bool(spec.get("sweeps", True))
 
     timer = Timer()
     try:
-        rec = load_records(args.anchor_slot, args.paths, args.slots)
+        rec = load_records(args.anchor_slot, args.paths, args.slots, spec.get("labels"))
     except RecordMismatch as exc:
         raise StageError(str(exc)) from exc
     for v in rec.variants.values():
@@ -66,7 +69,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
         logger.warning("%d anchor x slot cells with R^oracle below T1 (e.g. %s)", len(bad),
                        bad.iloc[0].to_dict())
     timer = Timer()
-    summary = summarise(rec, n_boot=n_boot, level=level, seed=seed, contrasts=contrasts)
+    summary = summarise(rec, n_boot=n_boot, level=level, seed=seed, contrasts=contrasts,
+                        sweeps=sweeps)
     logger.info("summary: %d rows (B=%d) in %.1f s", len(summary), n_boot, timer.seconds)
     meta = {"stage": "serving_risk", "target": rec.target, "gamma": rec.gamma,
             "analysis": spec, "seed": seed,

@@ -185,3 +185,35 @@ def test_prefix_attention_self_chain_stays_on_its_support(model, stored):
     assert ev.order == 1 and (ev.q_self_tok > 0).all()  # drawn from the nominated lattice
     assert torch.isfinite(ev.tv_self).all() and torch.isfinite(ev.tv).all()
     assert ((ev.accept >= 0) & (ev.accept <= 1)).all()
+
+
+@pytest.mark.parametrize("kind", ["dspark", "prefix_attention"])
+def test_oracle_risk_is_at_least_the_order1_floor_on_every_anchor(model, smoke_domain_records,
+                                                                 kind):
+    """An order-1 drafter fed the target's predecessor proposes one q per (anchor, predecessor),
+    so its oracle risk cannot fall below the in-sample order-1 floor of the same paths (the
+    plug-in minimum over every such q): R^oracle_k >= T^(1)_k per anchor and slot."""
+    from floorgap.data.anchors import anchor_contexts
+
+    _, _, _, corpus, anchors, _ = smoke_domain_records
+    table = read_table(anchors)
+    contexts = anchor_contexts(read_table(corpus), table)
+    drafter = _drafter(model, kind)
+    if kind == "dspark":
+        with torch.no_grad():
+            drafter.markov_b.weight.normal_(std=1.0)  # a live predecessor correction
+    checked = 0
+    for a, ctx in zip(table.itertuples(index=False), contexts, strict=True):
+        seed = int(a.anchor_seed)
+        block = sample_block(model, ctx, n_paths=M, gamma=GAMMA, law=LAW, anchor_seed=seed,
+                             forward_batch=M)
+        paths, floors = anchor_records(a.anchor_id, block, store_top_k=4)
+        tokens, logp = path_arrays(dataclass_rows(paths), GAMMA)
+        ev = evaluate_anchor(model, drafter, ctx, tokens, logp, law=LAW, anchor_seed=seed,
+                             forward_batch=M)
+        _, slots = anchor_eval_records(a.anchor_id, ev)
+        t1 = {f.slot: f.t1_plugin for f in floors}
+        for s in slots:
+            assert s.risk_oracle >= t1[s.slot] - 1e-9, (a.anchor_id, s.slot)
+            checked += 1
+    assert checked == len(table) * GAMMA

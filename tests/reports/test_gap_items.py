@@ -84,3 +84,86 @@ def test_macros_unique_across_items(summary_path, tmp_path):
         assert run_stage(main, build_parser(), argv) == 0
         frags.append(values)
     concat_values(tmp_path / "values.tex", frags)
+
+
+def _summarise(root, variants, spec, name):
+    """Synthetic drafter records of ``variants`` through the serving_risk stage."""
+    from floorgap.serving_risk import build_parser as stage_parser
+    from floorgap.serving_risk import main as stage_main
+
+    files = _builders().build(root, gamma=3, M=6, anchors_per_domain=3, variants=variants)
+    out = root / "gaps" / f"{name}.parquet"
+    argv = ["--spec", json.dumps({"bootstrap": 50, "level": 0.95, **spec}),
+            "--anchor-slot", str(files["anchor_slot"][0]),
+            "--paths", *map(str, files["paths"]), "--slots", *map(str, files["slots"]),
+            "--out-summary", str(out), "--threads", "1"]
+    assert run_stage(stage_main, stage_parser(), argv) == 0
+    return out
+
+
+def _run_item(name, summary, tmp_path, spec=None):
+    values = tmp_path / "values" / f"{name}.tex"
+    argv = [name, "--summary", str(summary), "--out-dir", str(tmp_path / "tables"),
+            "--out-values", str(values), "--threads", "1"]
+    if spec is not None:
+        argv += ["--spec", json.dumps(spec)]
+    assert run_stage(main, build_parser(), argv) == 0
+    return dict(MACRO.findall(values.read_text()))
+
+
+def test_table10_trajectory_reads_every_epoch(tmp_path):
+    import pandas as pd
+
+    from floorgap.reports.gap_items import GapSummary
+
+    # the final weights are the last epoch: the stage relabels them
+    summary = _summarise(tmp_path, {"ours@epoch-1": {"order": 1}, "ours@epoch-2": {"order": 1},
+                                    "ours": {"order": 1}},
+                         {"labels": {"ours": "ours@epoch-3"}, "contrasts": [],
+                          "sweeps": False}, "trajectory")
+    s = GapSummary(summary)
+    assert s.variants == ["ours@epoch-1", "ours@epoch-2", "ours@epoch-3"]
+    assert not (s.df["statistic"].str.startswith("sweep")).any()
+    values = _run_item("table10_trajectory", summary, tmp_path)
+    csv = pd.read_csv(tmp_path / "tables" / "table10_trajectory.csv")
+    assert csv["epoch"].tolist() == [1, 2, 3]
+    for e in (1, 2, 3):
+        tau = float(csv.loc[csv["epoch"] == e, "tau"].iloc[0])
+        assert tau == pytest.approx(s.get("tau", f"ours@epoch-{e}"))
+        assert 1.0 <= tau <= 4.0
+    assert values["\\fgOursTrajectoryEpochs"] == "3"
+    tex = (tmp_path / "tables" / "table10_trajectory.tex").read_text()
+    assert "Epoch & 1 & 2 & 3" in tex and "nan" not in tex
+
+
+def test_table10_refuses_a_summary_without_epochs(summary_path, tmp_path):
+    values = tmp_path / "v.tex"
+    argv = ["table10_trajectory", "--summary", str(summary_path), "--out-dir", str(tmp_path),
+            "--out-values", str(values), "--threads", "1"]
+    assert run_stage(main, build_parser(), argv) != 0
+    assert not values.exists()
+
+
+def test_table13_components_change_is_the_paired_tau_difference(tmp_path):
+    import pandas as pd
+
+    arms = ["vanilla", "short_conv", "head"]
+    summary = _summarise(tmp_path, {a: {"order": 1} for a in arms},
+                         {"contrasts": [[a, "vanilla"] for a in arms[1:]], "sweeps": False},
+                         "components")
+    values = _run_item("table13_components", summary, tmp_path,
+                       {"baseline": "vanilla", "arms": arms})
+    csv = pd.read_csv(tmp_path / "tables" / "table13_components.csv").set_index("arm")
+    assert list(csv.index) == arms
+    for a in arms[1:]:
+        # Hajek means over the same anchors: the paired mean difference is the difference of
+        # the means, and its interval brackets it
+        assert csv.loc[a, "change"] == pytest.approx(csv.loc[a, "tau"] - csv.loc["vanilla", "tau"],
+                                                     abs=1e-9)
+        assert csv.loc[a, "change_lower"] <= csv.loc[a, "change"] <= csv.loc[a, "change_upper"]
+    assert pd.isna(csv.loc["vanilla", "change"])
+    best = max(arms, key=lambda a: csv.loc[a, "tau"])
+    from floorgap.reports.gap_items import LABELS
+
+    assert values["\\fgComponentsBest"] == LABELS[best]
+    assert "\\fgComponentsShortConvChange" in values

@@ -112,6 +112,8 @@ def target_records(target):
         for kind in ("paths", "floors")
     ] + [f"results/{target}/mi/{domain}.parquet" for domain in DOMAINS] + [
         f"results/{target}/floors/{name}.parquet" for name in ("anchor_slot", "summary")
+    ] + [
+        f"results/{target}/gaps/{name}.parquet" for name in ("summary", "trajectory", "components")
     ]
 
 

@@ -6,9 +6,27 @@ def drafter_eval_spec(wildcards):
             "law": config["evaluation_law"],
             "gamma": config["anchors"]["gamma"],
             "shard": int(wildcards.shard),
-            "variant": wildcards.variant,
+            "variant": eval_label(wildcards.variant, wildcards.weights),
         }
     )
+
+
+def eval_label(variant, weights):
+    """The name a drafter's records carry: the variant for its final weights, variant@epoch-e
+    for an earlier epoch of the training trajectory."""
+    return variant if weights == "final" else f"{variant}@{weights}"
+
+
+def drafter_weights_input(wildcards):
+    """final.pt, or the epochs/ folder that holds epoch-<e>.pt."""
+    folder = f"results/{wildcards.target}/drafters/{wildcards.variant}"
+    return f"{folder}/final.pt" if wildcards.weights == "final" else f"{folder}/epochs"
+
+
+def drafter_weights_file(wildcards, input):
+    if wildcards.weights == "final":
+        return input.drafter
+    return f"{input.drafter}/{wildcards.weights}.pt"
 
 
 rule drafter_eval:
@@ -19,14 +37,15 @@ rule drafter_eval:
         corpus="results/{target}/corpus/{domain}.parquet",
         anchors="results/{target}/anchors/{domain}.parquet",
         rollouts="results/{target}/rollouts/{domain}/paths-{shard}.parquet",
-        drafter="results/{target}/drafters/{variant}/final.pt",
+        drafter=drafter_weights_input,
     output:
-        paths="results/{target}/drafter_eval/{variant}/{domain}/paths-{shard}.parquet",
-        slots="results/{target}/drafter_eval/{variant}/{domain}/slots-{shard}.parquet",
+        paths="results/{target}/drafter_eval/{variant}/{weights}/{domain}/paths-{shard}.parquet",
+        slots="results/{target}/drafter_eval/{variant}/{weights}/{domain}/slots-{shard}.parquet",
     params:
         spec=drafter_eval_spec,
+        drafter=drafter_weights_file,
     log:
-        f"{LOGS}/drafter_eval/{{target}}/{{variant}}/{{domain}}-{{shard}}.log",
+        f"{LOGS}/drafter_eval/{{target}}/{{variant}}/{{weights}}/{{domain}}-{{shard}}.log",
     threads: 1
     resources:
         mem_mb=16000,
@@ -37,5 +56,5 @@ rule drafter_eval:
     shell:
         "{PY}.drafter_eval --spec {params.spec:q} --model-dir {input.model}"
         " --corpus {input.corpus} --anchors {input.anchors} --rollouts {input.rollouts}"
-        " --drafter {input.drafter} --out-paths {output.paths} --out-slots {output.slots}"
+        " --drafter {params.drafter} --out-paths {output.paths} --out-slots {output.slots}"
         " --log {log} --threads {threads}"

@@ -1,8 +1,41 @@
+# The drafters of the gap half (paper Secs. 3.3, 4) and the one-epoch component arms of table 13
+# share one namespace under results/<target>/drafters/.
 VARIANTS = list(config["drafters"]["variants"])
+COMPONENTS = config["drafters"].get("components", {"arms": {}})
+ARMS = list(COMPONENTS["arms"])
+TRAJECTORY = list(config["drafters"].get("trajectory", []))
+if set(VARIANTS) & set(ARMS):
+    raise ValueError(
+        f"drafters.components.arms reuses the variant name(s) {sorted(set(VARIANTS) & set(ARMS))}; "
+        "give the component arms their own names"
+    )
+if ARMS and COMPONENTS["baseline"] not in ARMS:
+    raise ValueError(
+        f"drafters.components.baseline {COMPONENTS['baseline']!r} is not one of the arms ({', '.join(ARMS)})"
+    )
+if set(TRAJECTORY) - set(VARIANTS):
+    raise ValueError(
+        f"drafters.trajectory names {sorted(set(TRAJECTORY) - set(VARIANTS))}, which are not "
+        "drafters.variants; list variant names"
+    )
 
 
 wildcard_constraints:
-    variant="|".join(map(str, VARIANTS)) or "NONE",
+    variant="|".join(map(str, VARIANTS + ARMS)) or "NONE",
+    weights=r"final|epoch-\d+",
+
+
+def variant_entry(name):
+    """A drafter's config entry with its name; component arms train for components.epochs
+    and share one seed key (the same initial draws)."""
+    if name in config["drafters"]["variants"]:
+        return {"name": name, **config["drafters"]["variants"][name]}
+    return {"name": name, "epochs": COMPONENTS["epochs"], "seed_key": "components",
+            **COMPONENTS["arms"][name]}
+
+
+def variant_epochs(name):
+    return int(variant_entry(name).get("epochs", config["drafters"]["train"]["epochs"]))
 
 
 def drafter_data_spec(wildcards):
@@ -22,7 +55,8 @@ def drafter_train_spec(wildcards):
     return as_json(
         {
             "target": target_spec(wildcards.target),
-            "variant": {"name": wildcards.variant, **config["drafters"]["variants"][wildcards.variant]},
+            "variant": variant_entry(wildcards.variant),
+            "export_epochs": wildcards.variant in TRAJECTORY,
             "taps": config["drafters"]["taps"],
             "train": config["drafters"]["train"],
             "gamma": config["anchors"]["gamma"],
@@ -61,13 +95,15 @@ rule drafter_data:
 
 rule drafter:
     """One drafter variant trained on the target's blocks; per-epoch checkpoints (resumable,
-    not a declared output so that a rerun keeps them) under checkpoints/."""
+    not a declared output so that a rerun keeps them) under checkpoints/; the weights of every
+    epoch under epochs/ for the variants of the training trajectory (table 10)."""
     input:
         model=lambda w: model_dir(w.target),
         data="results/{target}/drafters/train_data.pt",
     output:
         final="results/{target}/drafters/{variant}/final.pt",
         train_log="results/{target}/drafters/{variant}/train_log.jsonl",
+        epochs=directory("results/{target}/drafters/{variant}/epochs"),
     params:
         spec=drafter_train_spec,
         checkpoints=lambda w: f"results/{w.target}/drafters/{w.variant}/checkpoints",
@@ -84,3 +120,4 @@ rule drafter:
         "{PY}.drafter_train --spec {params.spec:q} --model-dir {input.model} --data {input.data}"
         " --out {output.final} --checkpoints {params.checkpoints} --train-log {output.train_log}"
         " --log {log} --threads {threads} --no-progress"
+        " --epochs-dir {output.epochs}"

@@ -1,6 +1,26 @@
 # The paper: every figure and table item, the values they export, and paper/main.pdf.
-PAPER_FIGURES = ["fig2_floor_by_slot", "fig3_floor_by_domain", "figD2_kmedian"]
-PAPER_TABLES = ["table3_floor_intervals", "table4_mi_locality", "tableD1_concentration"]
+PAPER_FIGURES = [
+    "fig2_floor_by_slot",
+    "fig3_floor_by_domain",
+    "figD2_kmedian",
+    "fig4_drafter_decomposition",
+    "fig6_slot_priority",
+    "fig7_prefix_attention",
+]
+PAPER_TABLES = [
+    "table3_floor_intervals",
+    "table4_mi_locality",
+    "tableD1_concentration",
+    "table5_dflash",
+    "table6_dspark",
+    "table7_serving_risk",
+    "table8_dependence",
+    "table10_trajectory",
+    "table12_ours_vs_dspark",
+    "table13_components",
+    "tableF5_single_slot",
+    "tableF6_sweeps",
+]
 PAPER_ITEMS = PAPER_FIGURES + PAPER_TABLES
 # The text lives in the repository; the build happens in the working directory's paper/, which
 # holds the generated values and tables (the same folder when the workflow runs in the repo).

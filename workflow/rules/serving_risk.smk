@@ -1,19 +1,54 @@
 # The gap half (CPU): model gaps against the floors, exposure, free vs serving risk, dependence
-# and best-response gains of every drafter variant of one target.
+# and best-response gains of the drafters of one target. Three summaries share the rule:
+#   summary     the drafters of drafters.variants (final weights), every statistic;
+#   trajectory  every epoch of the drafters.trajectory variants (table 10);
+#   components  the one-epoch arms of drafters.components, each against the baseline (table 13).
+
+
+wildcard_constraints:
+    summary="summary|trajectory|components",
+
+
+def evaluated(summary):
+    """(variant, weights) pairs whose drafter_eval records a summary reads."""
+    if summary == "summary":
+        return [(v, "final") for v in VARIANTS]
+    if summary == "trajectory":
+        return [
+            (v, "final" if e == variant_epochs(v) else f"epoch-{e}")
+            for v in TRAJECTORY
+            for e in range(1, variant_epochs(v) + 1)
+        ]
+    return [(arm, "final") for arm in ARMS]
 
 
 def drafter_eval_records(kind):
-    """Every drafter_eval shard of one target for one record kind ("paths" or "slots")."""
+    """Every drafter_eval shard a summary reads, for one record kind ("paths" or "slots")."""
 
     def files(wildcards):
         return [
-            f"results/{wildcards.target}/drafter_eval/{variant}/{domain}/{kind}-{shard}.parquet"
-            for variant in config["drafters"]["variants"]
+            f"results/{wildcards.target}/drafter_eval/{variant}/{weights}/{domain}/{kind}-{shard}.parquet"
+            for variant, weights in evaluated(wildcards.summary)
             for domain in DOMAINS
             for shard in shards()
         ]
 
     return files
+
+
+def serving_risk_spec(wildcards):
+    spec = {**config["analysis"], "seed": config["seed"]}
+    if wildcards.summary == "trajectory":
+        # The final weights are the last epoch's: label them so.
+        spec.update(
+            labels={v: f"{v}@epoch-{variant_epochs(v)}" for v in TRAJECTORY},
+            contrasts=[],
+            sweeps=False,
+        )
+    elif wildcards.summary == "components":
+        base = COMPONENTS["baseline"]
+        spec.update(contrasts=[[arm, base] for arm in ARMS if arm != base], sweeps=False)
+    return as_json(spec)
 
 
 rule serving_risk:
@@ -23,11 +58,11 @@ rule serving_risk:
         paths=drafter_eval_records("paths"),
         slots=drafter_eval_records("slots"),
     output:
-        summary="results/{target}/gaps/summary.parquet",
+        summary="results/{target}/gaps/{summary}.parquet",
     params:
-        spec=analysis_spec(),
+        spec=serving_risk_spec,
     log:
-        f"{LOGS}/serving_risk/{{target}}.log",
+        f"{LOGS}/serving_risk/{{target}}/{{summary}}.log",
     threads: 1
     resources:
         mem_mb=8000,

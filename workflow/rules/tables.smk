@@ -280,3 +280,57 @@ rule tableF6_sweeps:
     shell:
         "{PY}.report tableF6_sweeps --summary {input.summary} --spec {params.spec:q}"
         " --out-dir paper/tables --out-values {output.values} --log {log} --threads {threads}"
+
+
+rule table10_trajectory:
+    """Table 10: offline accepted length after every epoch of the trajectory variants."""
+    input:
+        summary=f"results/{PRIMARY}/gaps/trajectory.parquet",
+    output:
+        tex="paper/tables/table10_trajectory.tex",
+        csv=report(
+            "paper/tables/table10_trajectory.csv",
+            caption="../report/table10_trajectory.rst",
+            category="Gaps",
+        ),
+        values="paper/values/table10_trajectory.tex",
+    params:
+        spec=as_json({}),
+    log:
+        f"{LOGS}/report/table10_trajectory.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    conda:
+        "../../envs/floorgap.yaml"
+    shell:
+        "{PY}.report table10_trajectory --summary {input.summary} --spec {params.spec:q}"
+        " --out-dir paper/tables --out-values {output.values} --log {log} --threads {threads}"
+
+
+rule table13_components:
+    """Table 13: one-epoch component arms, accepted length and paired change from the baseline."""
+    input:
+        summary=f"results/{PRIMARY}/gaps/components.parquet",
+    output:
+        tex="paper/tables/table13_components.tex",
+        csv=report(
+            "paper/tables/table13_components.csv",
+            caption="../report/table13_components.rst",
+            category="Gaps",
+        ),
+        values="paper/values/table13_components.tex",
+    params:
+        spec=as_json({"baseline": COMPONENTS["baseline"], "arms": ARMS}),
+    log:
+        f"{LOGS}/report/table13_components.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    conda:
+        "../../envs/floorgap.yaml"
+    shell:
+        "{PY}.report table13_components --summary {input.summary} --spec {params.spec:q}"
+        " --out-dir paper/tables --out-values {output.values} --log {log} --threads {threads}"

@@ -20,7 +20,8 @@ exposure). The statistics (paper Secs. 3.3, 3.5, 4, App. E, F.1-F.6, H.5):
   ``sweep_forward_ratio`` / ``sweep_backward_ratio`` (sweep over isolated sum);
 * contrasts (variant ``"<a>-<b>"``, default ours - dspark) on the anchors both evaluated:
   ``diff_T1``, ``diff_R_oracle``, ``diff_R_self``, ``diff_G1``, ``diff_exposure`` per slot and
-  ``gap_reduction`` = (G1_b - G1_a) / G1_b (per slot; the last slot is the paper's number).
+  ``gap_reduction`` = (G1_b - G1_a) / G1_b (per slot; the last slot is the paper's number);
+  ``diff_tau`` (every pair, any order): the paired difference of accepted lengths.
 
 Every statistic is a Hajek ratio of sums (weights 1/pi) with a prompt-cluster percentile
 bootstrap; within one variant and scope ("all" or a domain) every statistic uses the same
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,11 @@ from floorgap.estimators.aggregate import (
     cluster_resample,
     prompt_bootstrap,
 )
-from floorgap.estimators.best_response import coordinate_sweep, single_slot_gain
+from floorgap.estimators.best_response import (
+    coordinate_sweep,
+    expected_length,
+    single_slot_gain,
+)
 from floorgap.estimators.serving import serving_summary
 from floorgap.records import read_metadata, read_table
 
@@ -102,6 +107,7 @@ NOTES = {
     "sweep_forward_ratio": "forward sweep over the sum of isolated gains, ratio of sums",
     "sweep_backward_ratio": "backward sweep over the sum of isolated gains, ratio of sums",
     "gap_reduction": "(G1_b - G1_a) / G1_b, ratio of population sums",
+    "diff_tau": "tau_a - tau_b, paired within anchors",
 }
 
 
@@ -148,8 +154,9 @@ class GapRecords:
 def _variant_of(path: Path, meta: dict[str, Any]) -> str:
     if meta.get("variant"):
         return str(meta["variant"])
-    # results/<target>/drafter_eval/<variant>/<domain>/paths-<shard>.parquet
-    return path.parent.parent.name
+    # results/<target>/drafter_eval/<variant>/<weights>/<domain>/paths-<shard>.parquet
+    variant, weights = path.parent.parent.parent.name, path.parent.parent.name
+    return variant if weights == "final" else f"{variant}@{weights}"
 
 
 def _variant_records(name: str, paths: pd.DataFrame, slots: pd.DataFrame, gamma: int,
@@ -188,8 +195,11 @@ def _variant_records(name: str, paths: pd.DataFrame, slots: pd.DataFrame, gamma:
 
 
 def load_records(anchor_slot: str | Path, paths_files: Sequence[str | Path],
-                 slots_files: Sequence[str | Path]) -> GapRecords:
-    """Read the floors table and every drafter evaluation shard (variants from metadata)."""
+                 slots_files: Sequence[str | Path],
+                 labels: Mapping[str, str] | None = None) -> GapRecords:
+    """Read the floors table and every drafter evaluation shard (variants from metadata;
+    ``labels`` renames variants, e.g. a final drafter to ``<variant>@epoch-<E>``)."""
+    labels = dict(labels or {})
     table = read_table(anchor_slot)
     missing = [c for c in FLOOR_FIELDS if c not in table]
     if missing:
@@ -214,6 +224,7 @@ def load_records(anchor_slot: str | Path, paths_files: Sequence[str | Path],
             if lack:
                 raise RecordMismatch(f"{f} lacks columns {lack}")
             name = _variant_of(f, meta)
+            name = labels.get(name, name)
             entry = by_variant.setdefault(name, {"paths": [], "slots": [], "order": set()})
             entry[kind].append(df)
             if meta.get("order") is not None:
@@ -348,8 +359,15 @@ def _contrast_block(rows: list[dict], va: VariantRecords, vb: VariantRecords, re
     g = rec.gamma
     ia = torch.tensor([va.anchor_ids.index(x) for x in s.ids])
     ib = torch.tensor([vb.anchor_ids.index(x) for x in s.ids])
-    t1 = _floor_matrix(rec.t1, s.ids, g)
     name = f"{va.name}-{vb.name}"
+    note = f"{va.name} minus {vb.name}, paired within anchors"
+    _emit(rows, "n_anchors", name, s.name, len(s.ids), math.nan, math.nan, len(s.ids))
+    _emit(rows, "diff_tau", name, s.name,
+          *s.ratio((expected_length(va.accept[ia]) - expected_length(vb.accept[ib]))[:, None]),
+          note=note)
+    if va.order != 1 or vb.order != 1:
+        return  # the oracle, self and exposure contrasts are of order-1 drafters
+    t1 = _floor_matrix(rec.t1, s.ids, g)
     ok = t1.isfinite()
     pairs = {
         "diff_T1": (t1, t1),
@@ -358,11 +376,10 @@ def _contrast_block(rows: list[dict], va: VariantRecords, vb: VariantRecords, re
         "diff_G1": (va.risk_oracle[ia] - t1, vb.risk_oracle[ib] - t1),
         "diff_exposure": (va.exposure[ia], vb.exposure[ib]),
     }
-    _emit(rows, "n_anchors", name, s.name, len(s.ids), math.nan, math.nan, len(s.ids))
     for stat, (xa, xb) in pairs.items():
         valid = ok if stat in ("diff_T1", "diff_G1") else None
         _emit(rows, stat, name, s.name, *s.ratio(xa - xb, valid=valid), slots=range(g),
-              note=f"{va.name} minus {vb.name}, paired within anchors")
+              note=note)
     ga, gb = pairs["diff_G1"]
     _emit(rows, "gap_reduction", name, s.name, *s.ratio(gb - ga, gb, valid=ok), slots=range(g))
 

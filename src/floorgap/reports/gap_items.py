@@ -1,7 +1,9 @@
-"""Paper items of the gap half: Figs. 4, 6, 7 and Tables 5, 6, 7, 8, 12, F.5, F.6.
+"""Paper items of the gap half: Figs. 4, 6, 7 and Tables 5, 6, 7, 8, 10, 12, 13, F.5, F.6.
 
-Every item reads the gaps summary of the primary target
-(``results/<target>/gaps/summary.parquet``, written by ``python -m floorgap.serving_risk``),
+Every item reads a gaps summary of the primary target, written by ``python -m
+floorgap.serving_risk``: ``results/<target>/gaps/summary.parquet`` (the drafters), or for
+Table 10 ``trajectory.parquet`` (variants labelled ``<variant>@epoch-<e>``) and for Table 13
+``components.parquet`` (the one-epoch arms and their contrasts with the baseline). Each item
 writes its figure (``figures/<name>.pdf`` + ``.png``) or table (``paper/tables/<name>.tex`` +
 ``.csv``) and returns the macros of the numbers the text cites. Signature of an item:
 ``item(inputs, spec, out_dir) -> {macro: value}`` with ``inputs["summary"]`` the summary path.
@@ -39,12 +41,18 @@ __all__ = [
     "table6_dspark",
     "table7_serving_risk",
     "table8_dependence",
+    "table10_trajectory",
     "table12_ours_vs_dspark",
+    "table13_components",
     "tableF5_single_slot",
     "tableF6_sweeps",
 ]
 
-LABELS = {"dflash": "DFlash", "dspark": "DSpark", "ours": "Ours"}
+LABELS = {"dflash": "DFlash", "dspark": "DSpark", "ours": "Ours",
+          # the one-epoch component arms of Table 13
+          "vanilla": "Vanilla DSpark", "short_conv": "Vanilla + short convolution",
+          "slot_embeddings": "Vanilla + slot embeddings", "head": "Prefix-attention head",
+          "head_conv_slots": "Head + convolution + slot embeddings"}
 
 
 class GapSummary(LongSummary):
@@ -58,7 +66,8 @@ class GapSummary(LongSummary):
         self.gamma = int(self.meta.get("gamma") or self.df["slot"].max() + 1)
         self.last = self.gamma - 1
         self.slots = list(range(self.gamma))
-        self.variants = sorted(v for v in self.df["variant"].unique() if "-" not in v)
+        # Variant blocks (not contrasts "a-b") are the ones that state their order.
+        self.variants = sorted(self.df.loc[self.df["statistic"] == "order", "variant"].unique())
 
     def get(self, statistic: str, variant: str, slot: int = -1, domain: str = "all",
             field: str = "estimate") -> float:
@@ -257,6 +266,7 @@ def table12_ours_vs_dspark(inputs: Mapping[str, Path], spec: Mapping[str, Any], 
     csv = _long(s, ["T1", "R_oracle", "R_self", "G1", "exposure"], [v1, vo], ks)
     csv += _long(s, ["diff_T1", "diff_R_oracle", "diff_R_self", "diff_G1", "diff_exposure",
                      "gap_reduction"], [pair], ks)
+    csv += _long(s, ["tau"], [v1, vo], [-1]) + _long(s, ["diff_tau"], [pair], [-1])
     latex = pd.DataFrame(rows, columns=["Metric", "Drafter", *map(str, ks)])
     write_table(pd.DataFrame(csv), "table12_ours_vs_dspark", tex_dir=out_dir, latex=latex,
                 column_format="ll" + "r" * len(ks))
@@ -272,7 +282,86 @@ def table12_ours_vs_dspark(inputs: Mapping[str, Path], spec: Mapping[str, Any], 
         macro_name("ours", "vs", "dspark", "exposure", "last"): fmt(s.get("exposure", v1, L), 2),
         macro_name("ours", "self", "risk", "last"): fmt(s.get("R_self", vo, L), 2),
         macro_name("ours", "vs", "dspark", "self", "risk", "last"): fmt(s.get("R_self", v1, L), 2),
+        macro_name("ours", "tau"): fmt(s.get("tau", vo), 3),
+        macro_name("ours", "vs", "dspark", "tau", "change"): _signed(s.get("diff_tau", pair), 3),
+        macro_name("ours", "vs", "dspark", "tau", "change", "CI"): _ci(s, "diff_tau", pair),
     }
+
+
+def _epoch_of(label: str) -> tuple[str, int] | None:
+    """``("ours", 3)`` for the trajectory label ``ours@epoch-3``; ``None`` otherwise."""
+    variant, sep, weights = label.rpartition("@epoch-")
+    return (variant, int(weights)) if sep and weights.isdigit() else None
+
+
+def table10_trajectory(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                       ) -> dict[str, str]:
+    """Table 10: accepted length tau after every epoch of one training run (the offline tau of
+    the evaluation probe on the floor paths), per trajectory variant."""
+    s = _summary(inputs)
+    runs: dict[str, dict[int, str]] = {}
+    for label in s.variants:
+        parsed = _epoch_of(label)
+        if parsed is not None:
+            runs.setdefault(parsed[0], {})[parsed[1]] = label
+    if not runs:
+        raise ValueError(f"{s.path} holds no <variant>@epoch-<e> records (is it the trajectory "
+                         "summary?)")
+    n_epochs = max(max(e) for e in runs.values())
+    epochs = list(range(1, n_epochs + 1))
+    rows, csv, values = [], [], {}
+    for v, by_epoch in sorted(runs.items()):
+        taus = [s.get("tau", by_epoch[e]) if e in by_epoch else math.nan for e in epochs]
+        rows.append([_label(v), *[fmt(t, 3) for t in taus]])
+        rows.append(["95\\% CI", *[_ci(s, "tau", by_epoch[e]) if e in by_epoch else "--"
+                                     for e in epochs]])
+        for e, label in sorted(by_epoch.items()):
+            csv.append({"variant": v, "epoch": e, "tau": s.get("tau", label),
+                        "lower": s.get("tau", label, field="lower"),
+                        "upper": s.get("tau", label, field="upper"),
+                        "R_self_last": s.get("R_self", label, s.last),
+                        "n_anchors": s.get("tau", label, field="n_anchors")})
+        done = [e for e in epochs if e in by_epoch]
+        first, last = s.get("tau", by_epoch[done[0]]), s.get("tau", by_epoch[done[-1]])
+        values[macro_name(v, "trajectory", "tau", "first")] = fmt(first, 2)
+        values[macro_name(v, "trajectory", "tau", "last")] = fmt(last, 2)
+        values[macro_name(v, "trajectory", "epochs")] = str(done[-1])
+        values[macro_name(v, "trajectory", "gain")] = _signed(last - first, 3)
+    _table(rows, ["Epoch", *map(str, epochs)], "table10_trajectory", out_dir, csv)
+    return values
+
+
+def table13_components(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                       ) -> dict[str, str]:
+    """Table 13: accepted length of the one-epoch component arms and the paired change from
+    the baseline arm (``spec["baseline"]``; ``spec["arms"]`` orders the rows)."""
+    s = _summary(inputs)
+    base = str(spec.get("baseline", "vanilla"))
+    s.require(base)
+    arms = [str(a) for a in spec.get("arms", s.variants)]
+    for a in arms:
+        s.require(a)
+    rows, csv, values = [], [], {}
+    for a in arms:
+        pair = f"{a}-{base}"
+        tau = s.get("tau", a)
+        diff = math.nan if a == base else s.get("diff_tau", pair)
+        rows.append([_label(a), fmt(tau, 3), "--" if a == base else _signed(diff, 3),
+                     "--" if a == base else _ci(s, "diff_tau", pair)])
+        csv.append({"arm": a, "baseline": base, "tau": tau,
+                    "tau_lower": s.get("tau", a, field="lower"),
+                    "tau_upper": s.get("tau", a, field="upper"), "change": diff,
+                    "change_lower": s.get("diff_tau", pair, field="lower"),
+                    "change_upper": s.get("diff_tau", pair, field="upper"),
+                    "n_anchors": s.get("tau", a, field="n_anchors")})
+        values[macro_name("components", a, "tau")] = fmt(tau, 2)
+        if a != base:
+            values[macro_name("components", a, "change")] = _signed(diff, 3)
+    best = max(arms, key=lambda a: s.get("tau", a))
+    values[macro_name("components", "best")] = _label(best)
+    _table(rows, ["One-epoch configuration", "Accepted length", "Change from baseline",
+                  "95\\% CI"], "table13_components", out_dir, csv)
+    return values
 
 
 def tableF5_single_slot(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
