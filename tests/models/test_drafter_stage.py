@@ -116,3 +116,46 @@ def test_drafter_cli_trains_resumes_and_loads(smoke_domain_records, train_data, 
     params = dict(drafter.named_parameters())
     for k, v in first["model"].items():
         assert torch.equal(params[k].detach(), v)
+
+
+def test_drafter_cli_exports_every_epoch_and_shares_seed_keys(smoke_domain_records, train_data,
+                                                              tmp_path):
+    """export_epochs writes epoch-<e>.pt in the final format (the last equals final.pt); two
+    arms with one seed_key and the same architecture train to the same weights."""
+    from floorgap.models.targets import load_target
+    from floorgap.probes.drafter_eval import load_trained_drafter
+
+    cfg, target, model_dir, *_ = smoke_domain_records
+    data_path, _ = train_data
+    arm = dict(cfg["drafters"]["variants"]["dspark"], seed_key="components")
+
+    def run(name, export):
+        spec = {"target": target, "variant": {"name": name, **arm},
+                "taps": cfg["drafters"]["taps"], "train": dict(cfg["drafters"]["train"], epochs=2),
+                "gamma": cfg["anchors"]["gamma"], "seed": cfg["seed"], "export_epochs": export}
+        out = tmp_path / name
+        argv = ["--spec", json.dumps(spec), "--model-dir", str(model_dir), "--data",
+                str(data_path), "--out", str(out / "final.pt"), "--checkpoints",
+                str(out / "checkpoints"), "--epochs-dir", str(out / "epochs"), "--threads", "1",
+                "--no-progress"]
+        assert run_stage(train_cli.main, train_cli.build_parser(), argv) == 0
+        return out
+
+    a, b = run("arm_a", True), run("arm_b", False)
+    assert sorted(p.name for p in (a / "epochs").iterdir()) == ["epoch-1.pt", "epoch-2.pt"]
+    assert list((b / "epochs").iterdir()) == []  # created, empty: not a trajectory variant
+    final_a = torch.load(a / "final.pt", weights_only=True)
+    final_b = torch.load(b / "final.pt", weights_only=True)
+    last = torch.load(a / "epochs" / "epoch-2.pt", weights_only=True)
+    first = torch.load(a / "epochs" / "epoch-1.pt", weights_only=True)
+    assert last["epoch"] == 2 and first["epoch"] == 1
+    assert [r["epoch"] for r in last["epochs"]] == [1, 2]
+    for k, v in final_a["model"].items():
+        assert torch.equal(last["model"][k], v)
+        assert torch.equal(final_b["model"][k], v)  # same seed key, same draws
+    assert any(not torch.equal(first["model"][k], v) for k, v in final_a["model"].items())
+    model, _ = load_target(model_dir, target["dtype"], "cpu")
+    drafter = load_trained_drafter(a / "epochs" / "epoch-1.pt", model)
+    params = dict(drafter.named_parameters())
+    for k, v in first["model"].items():
+        assert torch.equal(params[k].detach(), v)
