@@ -14,6 +14,13 @@ from conftest import REPO, SMOKE_CONFIG, snakemake
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
+FIGURES = ["fig2_floor_by_slot", "fig3_floor_by_domain", "figD2_kmedian",
+           "fig4_drafter_decomposition", "fig6_slot_priority", "fig7_prefix_attention"]
+TABLES = ["table3_floor_intervals", "table4_mi_locality", "tableD1_concentration",
+          "table5_dflash", "table6_dspark", "table7_serving_risk", "table8_dependence",
+          "table10_trajectory", "table12_ours_vs_dspark", "table13_components",
+          "tableF5_single_slot", "tableF6_sweeps"]
+
 
 def _write_config(path: Path, mutate) -> Path:
     cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
@@ -83,19 +90,30 @@ def test_smoke_dag_end_to_end(smoke_run: Path) -> None:
     manifest = json.loads((results / "manifest.json").read_text())
     listed = {Path(e["path"]).name for e in manifest["files"]}
     shards = cfg["rollouts"]["shards"]
-    assert len(manifest["files"]) == (3 + 2 * shards) * len(cfg["domains"]) + 2
+    # corpus, anchors, mi + paths/floors per shard per domain; floors and gaps summaries
+    assert len(manifest["files"]) == (3 + 2 * shards) * len(cfg["domains"]) + 2 + 3
     for domain in cfg["domains"]:
         assert f"{domain}.parquet" in listed
         anchors = pd.read_parquet(results / "anchors" / f"{domain}.parquet")
         assert len(anchors) == cfg["anchors"]["per_domain"]
         assert ((anchors["pi"] > 0) & (anchors["pi"] <= 1)).all()
-    for item in ("fig2_floor_by_slot", "fig3_floor_by_domain", "figD2_kmedian"):
+    for item in FIGURES:
         assert (smoke_run / "figures" / f"{item}.pdf").stat().st_size > 0
         assert (smoke_run / "figures" / f"{item}.png").stat().st_size > 0
-    for item in ("table3_floor_intervals", "table4_mi_locality", "tableD1_concentration"):
+    for item in TABLES:
         assert "\\begin{tabular}" in (smoke_run / "paper" / "tables" / f"{item}.tex").read_text()
         assert len(pd.read_csv(smoke_run / "paper" / "tables" / f"{item}.csv")) > 0
-    assert "\\newcommand{\\fgFloorTZeroLast}" in (smoke_run / "paper" / "values.tex").read_text()
+    values = (smoke_run / "paper" / "values.tex").read_text()
+    for macro in ("fgFloorTZeroLast", "fgDsparkGapLast", "fgOursVsDsparkTauChange",
+                  "fgOursTrajectoryTauLast", "fgComponentsBest"):
+        assert f"\\newcommand{{\\{macro}}}" in values, macro
+    # every drafter, trajectory epoch and component arm was trained and evaluated
+    drafters = cfg["drafters"]
+    trained = {p.parent.name for p in (results / "drafters").glob("*/final.pt")}
+    assert trained == set(drafters["variants"]) | set(drafters["components"]["arms"])
+    for v in drafters["trajectory"]:
+        epochs = drafters["variants"][v].get("epochs", drafters["train"]["epochs"])
+        assert len(list((results / "drafters" / v / "epochs").glob("epoch-*.pt"))) == epochs
     if shutil.which("latexmk"):
         assert (smoke_run / "paper" / "main.pdf").read_bytes()[:4] == b"%PDF"
     # A second run has nothing to do.
@@ -104,16 +122,18 @@ def test_smoke_dag_end_to_end(smoke_run: Path) -> None:
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
-def test_one_figure_rebuilds_alone(smoke_run: Path) -> None:
-    (smoke_run / "figures" / "fig2_floor_by_slot.pdf").unlink()
-    res = snakemake("figures/fig2_floor_by_slot.pdf", "--cores", "1", "--configfile",
+@pytest.mark.parametrize("item", ["fig2_floor_by_slot", "fig7_prefix_attention"])
+def test_one_figure_rebuilds_alone(smoke_run: Path, item: str) -> None:
+    figure = smoke_run / "figures" / f"{item}.pdf"
+    figure.unlink()
+    res = snakemake(f"figures/{item}.pdf", "--cores", "1", "--configfile",
                     str(SMOKE_CONFIG), "-n", cwd=smoke_run)
     assert res.returncode == 0, res.stderr
-    assert _jobs(res.stdout) == {"fig2_floor_by_slot": 1, "total": 1}
-    res = snakemake("figures/fig2_floor_by_slot.pdf", "--cores", "1", "--configfile",
+    assert _jobs(res.stdout) == {item: 1, "total": 1}
+    res = snakemake(f"figures/{item}.pdf", "--cores", "1", "--configfile",
                     str(SMOKE_CONFIG), cwd=smoke_run)
     assert res.returncode == 0, res.stderr
-    assert (smoke_run / "figures" / "fig2_floor_by_slot.pdf").exists()
+    assert figure.exists()
 
 
 def test_plotting_option_reruns_nothing_upstream(smoke_run: Path, tmp_path: Path) -> None:
@@ -122,9 +142,10 @@ def test_plotting_option_reruns_nothing_upstream(smoke_run: Path, tmp_path: Path
     res = snakemake("--cores", "1", "--configfile", str(cfg), "-n", cwd=smoke_run)
     assert res.returncode == 0, res.stderr
     jobs = _jobs(res.stdout)
-    upstream = {"model", "corpus", "anchors", "rollouts", "floors", "mi", "manifest"}
+    upstream = {"model", "corpus", "anchors", "rollouts", "floors", "mi", "manifest",
+                "drafter_data", "drafter", "drafter_eval", "serving_risk"}
     assert not upstream & set(jobs), jobs
-    assert {"fig2_floor_by_slot", "fig3_floor_by_domain", "figD2_kmedian"} <= set(jobs)
+    assert set(FIGURES) <= set(jobs)
 
 
 def test_html_report(smoke_run: Path) -> None:
@@ -132,3 +153,4 @@ def test_html_report(smoke_run: Path) -> None:
     assert res.returncode == 0, res.stderr[-3000:]
     html = (smoke_run / "report.html").read_text(errors="replace")
     assert "fig2_floor_by_slot" in html and "table4_mi_locality" in html
+    assert "fig7_prefix_attention" in html and "table13_components" in html
