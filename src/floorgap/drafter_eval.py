@@ -1,13 +1,16 @@
 """``python -m floorgap.drafter_eval --spec JSON --model-dir DIR --corpus C --anchors A
---rollouts PATHS.parquet --drafter FINAL.pt --out-paths P.parquet --out-slots S.parquet --log LOG``
+--rollouts PATHS.parquet --drafter D1.pt [D2.pt ...] --out-paths P1.parquet [P2 ...]
+--out-slots S1.parquet [S2 ...] --log LOG``
 
-A trained drafter on one shard of one domain's anchors (see floorgap.probes.drafter_eval): on
-exactly the target paths the rollouts stage stored for that shard, the drafter's warped proposal
-at every slot, per path x slot scalars (p, q, TV, accept factor, self chain) and per slot risks
-(R, R^oracle, R^self, exposure). The spec holds ``target`` (config entry with ``name``),
-``rollouts`` (``forward_batch``, ``shards``), ``law``, ``gamma``, ``shard`` and ``variant``.
-The shard's anchors are those of ``floorgap.rollouts.shard_rows``; every one must have its
-stored paths.
+Trained drafters on one shard of one domain's anchors (see floorgap.probes.drafter_eval): on
+exactly the target paths the rollouts stage stored for that shard, each drafter's warped
+proposal at every slot, per path x slot scalars (p, q, TV, accept factor, self chain) and per
+slot risks (R, R^oracle, R^self, exposure), one pair of record files per drafter. The target's
+p_k along the paths is computed once per anchor and shared by the drafters. The spec holds
+``target`` (config entry with ``name``), ``rollouts`` (``forward_batch``, ``shards``), ``law``,
+``gamma``, ``shard`` and ``variants`` (the label each drafter's records carry, in the order of
+``--drafter``). The shard's anchors are those of ``floorgap.rollouts.shard_rows``; every one
+must have its stored paths.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 from floorgap.cli import StageError, run_stage, stage_parser
 
@@ -28,9 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--anchors", required=True, type=Path)
     parser.add_argument("--rollouts", required=True, type=Path,
                         help="the rollouts stage's paths-{shard}.parquet of this shard")
-    parser.add_argument("--drafter", required=True, type=Path, help="trained final.pt")
-    parser.add_argument("--out-paths", required=True, type=Path)
-    parser.add_argument("--out-slots", required=True, type=Path)
+    parser.add_argument("--drafter", required=True, nargs="+", type=Path,
+                        help="trained drafters (final.pt or epochs/epoch-<e>.pt)")
+    parser.add_argument("--out-paths", required=True, nargs="+", type=Path,
+                        help="one per drafter, in the same order")
+    parser.add_argument("--out-slots", required=True, nargs="+", type=Path,
+                        help="one per drafter, in the same order")
     return parser
 
 
@@ -40,7 +47,9 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     from floorgap.models.targets import load_target
     from floorgap.probes.drafter_eval import (
         anchor_eval_records,
-        evaluate_anchor,
+        anchor_target,
+        drafter_inputs,
+        evaluate_drafter,
         load_trained_drafter,
         path_arrays,
     )
@@ -67,49 +76,70 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     if missing:
         raise StageError(f"{args.rollouts} lacks paths of {len(missing)} anchors of this shard "
                          f"(first {missing[0]}); rerun the rollouts")
+    labels = [str(v) for v in spec["variants"]]
+    if not len(labels) == len(args.drafter) == len(args.out_paths) == len(args.out_slots):
+        raise StageError(f"{len(labels)} variant labels, {len(args.drafter)} --drafter, "
+                         f"{len(args.out_paths)} --out-paths and {len(args.out_slots)} "
+                         "--out-slots: give one of each per drafter, in the same order")
     corpus = read_table(args.corpus)
     anchor_meta = read_metadata(args.anchors)
     model, _ = load_target(args.model_dir, target["dtype"], target["device"])
-    try:
-        drafter = load_trained_drafter(args.drafter, model)
-    except ValueError as exc:
-        raise StageError(str(exc)) from exc
-    if drafter.gamma != gamma:
-        raise StageError(f"{args.drafter} drafts {drafter.gamma} slots, the anchors {gamma}")
+    drafters = []
+    for path in args.drafter:
+        try:
+            drafter = load_trained_drafter(path, model)
+        except ValueError as exc:
+            raise StageError(str(exc)) from exc
+        if drafter.gamma != gamma:
+            raise StageError(f"{path} drafts {drafter.gamma} slots, the anchors {gamma}")
+        drafters.append(drafter)
     contexts = anchor_contexts(corpus, anchors)
-    path_rows, slot_rows, seconds, mismatches = [], [], [], 0
-    bar = progress(total=len(anchors), desc=f"drafter_eval {spec['variant']} shard "
+    rows = {label: ([], []) for label in labels}
+    seconds = {label: [] for label in labels}
+    target_seconds = []
+    mismatches = {label: 0 for label in labels}
+    bar = progress(total=len(anchors), desc=f"drafter_eval {len(drafters)} drafters shard "
                    f"{spec['shard']}", unit="anchor")
     for a, ctx in zip(anchors.itertuples(index=False), contexts):
         tokens, logp = path_arrays(by_anchor[a.anchor_id], gamma)
-        ev = evaluate_anchor(model, drafter, ctx, tokens, logp, law=law,
-                             anchor_seed=int(a.anchor_seed),
-                             forward_batch=int(cfg["forward_batch"]))
-        paths, slots = anchor_eval_records(a.anchor_id, ev)
-        path_rows += paths
-        slot_rows += slots
-        seconds.append(ev.seconds)
-        n_bad = sum(s.logp_mismatches for s in slots)
-        mismatches += n_bad
-        logger.info("anchor %s: %.2f s, %d logp mismatches (max |dp| %.2e), R by slot %s",
-                    a.anchor_id, ev.seconds, n_bad, max(s.logp_max_abs_diff for s in slots),
-                    " ".join(f"{s.risk:.3f}" for s in slots))
+        at = anchor_target(model, ctx, tokens, logp, law=law,
+                           forward_batch=int(cfg["forward_batch"]))
+        target_seconds.append(at.seconds)
+        inputs: dict[tuple[int, ...], Any] = {}  # drafter inputs by taps, shared
+        for label, drafter in zip(labels, drafters, strict=True):
+            taps = tuple(drafter.cfg.taps)
+            if taps not in inputs:
+                inputs[taps] = drafter_inputs(model, drafter, ctx)
+            ev = evaluate_drafter(model, drafter, at, law=law, anchor_seed=int(a.anchor_seed),
+                                  features=inputs[taps])
+            paths, slots = anchor_eval_records(a.anchor_id, ev)
+            rows[label][0].extend(paths)
+            rows[label][1].extend(slots)
+            seconds[label].append(ev.seconds)
+            n_bad = sum(s.logp_mismatches for s in slots)
+            mismatches[label] += n_bad
+            logger.info("anchor %s %s: %.2f s, %d logp mismatches (max |dp| %.2e), R by slot %s",
+                        a.anchor_id, label, ev.seconds, n_bad,
+                        max(s.logp_max_abs_diff for s in slots),
+                        " ".join(f"{s.risk:.3f}" for s in slots))
         bar.update()
     bar.close()
-    meta = {"stage": "drafter_eval", "target": target["name"], "variant": spec["variant"],
-            "domain": anchor_meta.get("domain"), "order": int(drafter.order),
-            "drafter_kind": drafter.cfg.kind, "rollouts": cfg, "law": spec["law"],
-            "gamma": gamma, "shard": spec["shard"], "anchors": len(anchors),
-            "logp_mismatches": mismatches, "dtype": target["dtype"],
-            "device": target["device"], "stand_in_for": anchor_meta.get("stand_in_for")}
-    write_table(args.out_paths, dataclass_rows(path_rows), meta)
-    write_table(args.out_slots, dataclass_rows(slot_rows), meta)
-    if mismatches:
-        logger.warning("%d path-slots differ from the stored logp by more than the tolerance",
-                       mismatches)
-    logger.info("wrote %d anchors; mean %.2f s per anchor", len(anchors),
-                sum(seconds) / len(seconds))
-
+    for label, drafter, out_paths, out_slots in zip(labels, drafters, args.out_paths,
+                                                    args.out_slots, strict=True):
+        meta = {"stage": "drafter_eval", "target": target["name"], "variant": label,
+                "domain": anchor_meta.get("domain"), "order": int(drafter.order),
+                "drafter_kind": drafter.cfg.kind, "rollouts": cfg, "law": spec["law"],
+                "gamma": gamma, "shard": spec["shard"], "anchors": len(anchors),
+                "logp_mismatches": mismatches[label], "dtype": target["dtype"],
+                "device": target["device"], "stand_in_for": anchor_meta.get("stand_in_for")}
+        write_table(out_paths, dataclass_rows(rows[label][0]), meta)
+        write_table(out_slots, dataclass_rows(rows[label][1]), meta)
+    if any(mismatches.values()):
+        logger.warning("path-slots whose recomputed p differs from the stored logp by more "
+                       "than the tolerance: %s", mismatches)
+    logger.info("wrote %d anchors x %d drafters; per anchor: target %.2f s, %s", len(anchors),
+                len(drafters), sum(target_seconds) / len(target_seconds),
+                ", ".join(f"{label} {sum(v) / len(v):.2f} s" for label, v in seconds.items()))
 
 if __name__ == "__main__":
     sys.exit(run_stage(main, build_parser()))

@@ -143,7 +143,8 @@ def test_plotting_option_reruns_nothing_upstream(smoke_run: Path, tmp_path: Path
     assert res.returncode == 0, res.stderr
     jobs = _jobs(res.stdout)
     upstream = {"model", "corpus", "anchors", "rollouts", "floors", "mi", "manifest",
-                "drafter_data", "drafter", "drafter_eval", "serving_risk"}
+                "drafter_data", "drafter", "drafter_eval_summary", "drafter_eval_components",
+                "serving_risk"}
     assert not upstream & set(jobs), jobs
     assert set(FIGURES) <= set(jobs)
 

@@ -231,3 +231,26 @@ def test_bf16_target_with_fp32_drafter():
     loss.backward()
     assert all(p.grad is not None for p in model.head.parameters())
     assert tgt.get_input_embeddings().weight.grad is None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_propose_paths_equals_propose_on_expanded_context(kind, target, batch):
+    """One context, M predecessor rows: the shared block pass and the per-slot head give the
+    proposals of the batched pass, at every slot and at any subset of slots."""
+    feats, mask, committed, _, _ = batch
+    model = make(kind, target).eval()
+    if kind == "dspark":
+        with torch.no_grad():
+            model.markov_b.weight.normal_(std=0.5)   # a live predecessor correction
+    m = 6
+    g = torch.Generator().manual_seed(9)
+    preds = torch.randint(0, V - 1, (m, G), generator=g)
+    f1, c1, m1 = feats[:1], committed[:1], mask[:1]
+    full = model.propose(f1.expand(m, -1, -1), c1.expand(m), preds, m1.expand(m, -1))
+    torch.testing.assert_close(model.propose_paths(f1, c1, preds, m1), full,
+                               atol=1e-5, rtol=1e-5)
+    for ks in ([0], [G - 1], [1, 3]):
+        torch.testing.assert_close(model.propose_paths(f1, c1, preds, m1, slots=ks),
+                                   full[:, ks], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="one context"):
+        model.propose_paths(feats, committed, preds, mask)

@@ -26,7 +26,7 @@ from floorgap.probes.drafter_eval import (
     target_path_probs,
 )
 from floorgap.probes.rollouts import anchor_records, sample_block
-from floorgap.records import dataclass_rows, read_table, sha256_file
+from floorgap.records import dataclass_rows, read_metadata, read_table, sha256_file
 from floorgap.sampling import SamplingLaw
 
 pytestmark = pytest.mark.slow
@@ -80,6 +80,10 @@ class TargetAsDrafter:
         p = target_path_probs(self.model, self.ctx, predecessors.cpu(), law=LAW,
                               forward_batch=predecessors.shape[0])
         return torch.log(p).transpose(0, 1)
+
+    def propose_paths(self, features, committed, predecessors, prefix_mask=None, slots=None):
+        logits = self.propose(features, committed, predecessors, prefix_mask)
+        return logits if slots is None else logits[:, list(slots)]
 
 
 def _evaluate(model, drafter, stored):
@@ -161,13 +165,41 @@ def test_stage_records_are_deterministic(model, smoke_domain_records):
     for run in ("one", "two"):
         o_paths, o_slots = out / run / "paths-0.parquet", out / run / "slots-0.parquet"
         assert run_stage(eval_cli.main, eval_cli.build_parser(),
-                         ["--spec", json.dumps(dict(spec, variant="dspark")),
+                         ["--spec", json.dumps(dict(spec, variants=["dspark"])),
                           "--model-dir", str(model_dir), "--corpus", str(corpus),
                           "--anchors", str(anchors), "--rollouts", str(paths),
                           "--drafter", str(ckpt), "--out-paths", str(o_paths),
                           "--out-slots", str(o_slots), "--threads", "1"]) == 0
         results.append((sha256_file(o_paths), sha256_file(o_slots)))
     assert results[0] == results[1]
+    # two drafters in one job share the target's side: the records of each are those of a
+    # job of its own (and the labels go to the right files)
+    torch.save({**torch.load(ckpt, weights_only=True),
+                "drafter_config": dataclasses.asdict(_drafter(model, "dflash").cfg),
+                "model": trainable_state(_drafter(model, "dflash")),
+                "trainable_layout": _trainable_layout(_drafter(model, "dflash"))},
+               out / "dflash.pt")
+    both = out / "both"
+    assert run_stage(eval_cli.main, eval_cli.build_parser(),
+                     ["--spec", json.dumps(dict(spec, variants=["dflash", "dspark"])),
+                      "--model-dir", str(model_dir), "--corpus", str(corpus),
+                      "--anchors", str(anchors), "--rollouts", str(paths),
+                      "--drafter", str(out / "dflash.pt"), str(ckpt),
+                      "--out-paths", str(both / "p-dflash.parquet"), str(both / "p-dspark.parquet"),
+                      "--out-slots", str(both / "s-dflash.parquet"), str(both / "s-dspark.parquet"),
+                      "--threads", "1"]) == 0
+    assert (sha256_file(both / "p-dspark.parquet"), sha256_file(both / "s-dspark.parquet")) \
+        == results[0]
+    assert read_metadata(both / "p-dflash.parquet")["variant"] == "dflash"
+    assert (read_table(both / "s-dflash.parquet").order == 0).all()
+    # a label list that does not match the drafters is refused
+    assert run_stage(eval_cli.main, eval_cli.build_parser(),
+                     ["--spec", json.dumps(dict(spec, variants=["dspark"])),
+                      "--model-dir", str(model_dir), "--corpus", str(corpus),
+                      "--anchors", str(anchors), "--rollouts", str(paths),
+                      "--drafter", str(out / "dflash.pt"), str(ckpt),
+                      "--out-paths", str(out / "x.parquet"), "--out-slots", str(out / "y.parquet"),
+                      "--threads", "1"]) == 2
     p = read_table(out / "one" / "paths-0.parquet")
     s = read_table(out / "one" / "slots-0.parquet")
     stored = read_table(paths)

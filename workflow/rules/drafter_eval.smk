@@ -1,14 +1,14 @@
-def drafter_eval_spec(wildcards):
-    return as_json(
-        {
-            "target": target_spec(wildcards.target),
-            "rollouts": config["rollouts"],
-            "law": config["evaluation_law"],
-            "gamma": config["anchors"]["gamma"],
-            "shard": int(wildcards.shard),
-            "variant": eval_label(wildcards.variant, wildcards.weights),
-        }
-    )
+# Drafter evaluation on the stored rollout paths. One job per target x domain x shard and
+# evaluation group evaluates every drafter of the group: the target's p_k along the paths, the
+# costly part, is computed once per anchor and shared. Groups:
+#   summary     the final weights of drafters.variants;
+#   trajectory  the earlier epochs of the drafters.trajectory variants (the last is final);
+#   components  the final weights of the drafters.components arms.
+EVAL_GROUPS = {
+    "summary": [(v, "final") for v in VARIANTS],
+    "trajectory": [(v, f"epoch-{e}") for v in TRAJECTORY for e in range(1, variant_epochs(v))],
+    "components": [(arm, "final") for arm in ARMS],
+}
 
 
 def eval_label(variant, weights):
@@ -17,44 +17,76 @@ def eval_label(variant, weights):
     return variant if weights == "final" else f"{variant}@{weights}"
 
 
-def drafter_weights_input(wildcards):
+def eval_record(variant, weights, kind):
+    """A drafter_eval record with target, domain and shard left as wildcards."""
+    return f"results/{{target}}/drafter_eval/{variant}/{weights}/{{domain}}/{kind}-{{shard}}.parquet"
+
+
+def weights_input(variant, weights):
     """final.pt, or the epochs/ folder that holds epoch-<e>.pt."""
-    folder = f"results/{wildcards.target}/drafters/{wildcards.variant}"
-    return f"{folder}/final.pt" if wildcards.weights == "final" else f"{folder}/epochs"
+    folder = f"results/{{target}}/drafters/{variant}"
+    return f"{folder}/final.pt" if weights == "final" else f"{folder}/epochs"
 
 
-def drafter_weights_file(wildcards, input):
-    if wildcards.weights == "final":
-        return input.drafter
-    return f"{input.drafter}/{wildcards.weights}.pt"
+def weights_files(evals):
+    def files(wildcards):
+        folder = f"results/{wildcards.target}/drafters"
+        return [
+            f"{folder}/{v}/final.pt" if w == "final" else f"{folder}/{v}/epochs/{w}.pt"
+            for v, w in evals
+        ]
+
+    return files
 
 
-rule drafter_eval:
-    """A trained drafter's q on the stored target paths of one shard: R, R^oracle, R^self,
-    exposure per slot; p, q, TV and accept factors per path and slot."""
-    input:
-        model=lambda w: model_dir(w.target),
-        corpus="results/{target}/corpus/{domain}.parquet",
-        anchors="results/{target}/anchors/{domain}.parquet",
-        rollouts="results/{target}/rollouts/{domain}/paths-{shard}.parquet",
-        drafter=drafter_weights_input,
-    output:
-        paths="results/{target}/drafter_eval/{variant}/{weights}/{domain}/paths-{shard}.parquet",
-        slots="results/{target}/drafter_eval/{variant}/{weights}/{domain}/slots-{shard}.parquet",
-    params:
-        spec=drafter_eval_spec,
-        drafter=drafter_weights_file,
-    log:
-        f"{LOGS}/drafter_eval/{{target}}/{{variant}}/{{weights}}/{{domain}}-{{shard}}.log",
-    threads: 1
-    resources:
-        mem_mb=16000,
-        runtime=120,
-        gpu=lambda w: gpus_for(w.target),
-    conda:
-        "../../envs/floorgap.yaml"
-    shell:
-        "{PY}.drafter_eval --spec {params.spec:q} --model-dir {input.model}"
-        " --corpus {input.corpus} --anchors {input.anchors} --rollouts {input.rollouts}"
-        " --drafter {params.drafter} --out-paths {output.paths} --out-slots {output.slots}"
-        " --log {log} --threads {threads}"
+def drafter_eval_spec(evals):
+    def spec(wildcards):
+        return as_json(
+            {
+                "target": target_spec(wildcards.target),
+                "rollouts": config["rollouts"],
+                "law": config["evaluation_law"],
+                "gamma": config["anchors"]["gamma"],
+                "shard": int(wildcards.shard),
+                "variants": [eval_label(v, w) for v, w in evals],
+            }
+        )
+
+    return spec
+
+
+for _group, _evals in EVAL_GROUPS.items():
+    if not _evals:
+        continue
+
+    rule:
+        """Drafters of one evaluation group on the stored target paths of one shard: R,
+        R^oracle, R^self, exposure per slot; p, q, TV and accept factors per path and slot."""
+        name:
+            f"drafter_eval_{_group}"
+        input:
+            model=lambda w: model_dir(w.target),
+            corpus="results/{target}/corpus/{domain}.parquet",
+            anchors="results/{target}/anchors/{domain}.parquet",
+            rollouts="results/{target}/rollouts/{domain}/paths-{shard}.parquet",
+            drafters=[weights_input(v, w) for v, w in _evals],
+        output:
+            paths=[eval_record(v, w, "paths") for v, w in _evals],
+            slots=[eval_record(v, w, "slots") for v, w in _evals],
+        params:
+            spec=drafter_eval_spec(_evals),
+            drafters=weights_files(_evals),
+        log:
+            f"{LOGS}/drafter_eval/{{target}}/{_group}/{{domain}}-{{shard}}.log",
+        threads: 1
+        resources:
+            mem_mb=16000,
+            runtime=120,
+            gpu=lambda w: gpus_for(w.target),
+        conda:
+            "../../envs/floorgap.yaml"
+        shell:
+            "{PY}.drafter_eval --spec {params.spec:q} --model-dir {input.model}"
+            " --corpus {input.corpus} --anchors {input.anchors} --rollouts {input.rollouts}"
+            " --drafter {params.drafters} --out-paths {output.paths} --out-slots {output.slots}"
+            " --log {log} --threads {threads}"

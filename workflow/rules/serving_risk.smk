@@ -10,16 +10,11 @@ wildcard_constraints:
 
 
 def evaluated(summary):
-    """(variant, weights) pairs whose drafter_eval records a summary reads."""
-    if summary == "summary":
-        return [(v, "final") for v in VARIANTS]
+    """(variant, weights) pairs whose drafter_eval records a summary reads: its evaluation
+    group, and for the trajectory also the final weights (the last epoch)."""
     if summary == "trajectory":
-        return [
-            (v, "final" if e == variant_epochs(v) else f"epoch-{e}")
-            for v in TRAJECTORY
-            for e in range(1, variant_epochs(v) + 1)
-        ]
-    return [(arm, "final") for arm in ARMS]
+        return EVAL_GROUPS["trajectory"] + [(v, "final") for v in TRAJECTORY]
+    return EVAL_GROUPS[summary]
 
 
 def drafter_eval_records(kind):

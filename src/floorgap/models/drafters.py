@@ -35,6 +35,7 @@ Common API (used by training and evaluation)
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -463,6 +464,35 @@ class Drafter(nn.Module):
         succ = u.topk(self.cfg.nominate_k, dim=-1).indices                    # [B, G, K]
         scores = self._pair_scores(h, ctx, u, pm, pred[:, :, None], succ)[:, :, 0]
         return self._scatter(scores, succ)
+
+    @torch.no_grad()
+    def propose_paths(self, features: Tensor, committed: Tensor, predecessors: Tensor,
+                      prefix_mask: Tensor | None = None, slots: Sequence[int] | None = None
+                      ) -> Tensor:
+        """:meth:`propose` for M predecessor rows that share one context, on ``slots`` only.
+
+        ``features`` [1, T, F], ``committed`` [1], ``predecessors`` [M, G] as in
+        :meth:`propose`. Equals ``propose(features.expand(M, ...), committed.expand(M),
+        predecessors, prefix_mask.expand(M, -1))[:, slots]`` up to float rounding, but runs the
+        block pass (backbone and base logits u, which do not see the predecessors) once and
+        reads the output head only at ``slots``: the evaluation probe's self chain asks for one
+        slot at a time. Returns [M, S, V] (S = len(slots), all slots by default).
+        """
+        if features.shape[0] != 1:
+            raise ValueError("propose_paths takes one context (features of batch size 1)")
+        ks = list(range(self.cfg.gamma)) if slots is None else [int(k) for k in slots]
+        h, ctx, u, pm = self._block(features, committed, prefix_mask)
+        m = predecessors.shape[0]
+        u = u[:, ks]                                                          # [1, S, V]
+        if self.cfg.kind == "dflash":
+            return u.expand(m, -1, -1)
+        pred = self._shift(committed.view(1).expand(m), predecessors, self.cfg.gamma)[:, ks]
+        if self.cfg.kind == "dspark":
+            return u + self.markov_b(self.markov_a(pred)).float()             # [M, S, V]
+        succ = u.topk(self.cfg.nominate_k, dim=-1).indices                    # [1, S, K]
+        # the M predecessors are M hypotheses of one context: [1, S, M] -> scores [1, S, M, K]
+        scores = self._pair_scores(h[:, ks], ctx, u, pm, pred.T[None], succ)[0]
+        return self._scatter(scores.transpose(0, 1), succ.expand(m, -1, -1))  # [M, S, V]
 
     @torch.no_grad()
     def draft(self, features: Tensor, committed: Tensor, prefix_mask: Tensor | None = None,

@@ -23,15 +23,21 @@ drafter's accepted predecessor is the target's Z_{k-1} (paper F.1).
 Drafter inputs. The committed token c is the last context token; the drafter sees the target's
 tap features of the prefix before it (X without c), and slot 0 is fed E(c).
 
+Cost. p_k^(r) is computed once per anchor (:func:`anchor_target`) and shared by every drafter
+evaluated there (:func:`evaluate_drafter`); a drafter's block pass runs once per anchor, its
+predecessors enter as M rows of the head, and the self chain reads the output head at one slot
+per step.
+
 Determinism. Target forwards have exactly ``forward_batch`` rows (paths padded with copies of
-the chunk's first path, as in the rollouts probe); drafter passes have one row (order 0) or
-exactly M rows (order 1, M fixed by the stored records); every uniform is keyed by the anchor
-and the path index.
+the chunk's first path, as in the rollouts probe); the drafter's block pass has one row and its
+head exactly M rows (M fixed by the stored records); every uniform is keyed by the anchor and
+the path index.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -148,9 +154,10 @@ def target_path_probs(model: Any, context_ids: list[int], tokens: Tensor, *, law
     return probs
 
 
-def _drafter_inputs(target: Any, drafter: Any, context_ids: list[int]
+def drafter_inputs(target: Any, drafter: Any, context_ids: list[int]
                     ) -> tuple[Tensor, Tensor, Tensor]:
-    """(features [1, T, F], committed [1], prefix_mask [1, T]) for context X = prefix + c."""
+    """(features [1, T, F], committed [1], prefix_mask [1, T]) for context X = prefix + c;
+    shareable between drafters with the same taps."""
     from floorgap.models.drafters import target_features
 
     if len(context_ids) < 2:
@@ -168,36 +175,59 @@ def _at(probs: Tensor, tokens: Tensor) -> Tensor:
     return probs.gather(-1, tokens.T.unsqueeze(-1).to(probs.device)).squeeze(-1).T
 
 
-@torch.inference_mode()
-def evaluate_anchor(target: Any, drafter: Any, context_ids: list[int], tokens: Tensor,
-                    stored_logp: Tensor, *, law: SamplingLaw, anchor_seed: int,
-                    forward_batch: int) -> AnchorEval:
-    """The drafter's proposals on the stored paths ``tokens`` [M, G] at one anchor."""
+@dataclass(frozen=True)
+class AnchorTarget:
+    """The target's side of one anchor, shared by every drafter evaluated there: the stored
+    paths ``tokens`` [M, G], p_k^(r) ``probs`` [G, M, V] (float64, on the target's device),
+    exp of the stored logp ``p_stored`` [M, G] and the seconds the recomputation took."""
+
+    context_ids: list[int]
+    tokens: Tensor
+    probs: Tensor
+    p_stored: Tensor
+    seconds: float
+
+
+def anchor_target(target: Any, context_ids: list[int], tokens: Tensor, stored_logp: Tensor, *,
+                  law: SamplingLaw, forward_batch: int) -> AnchorTarget:
+    """Recompute p_k^(r) along the stored paths once per anchor (the costly part at scale)."""
     start = time.perf_counter()
     tokens = tokens.long().cpu()
+    p = target_path_probs(target, context_ids, tokens, law=law, forward_batch=forward_batch)
+    return AnchorTarget(context_ids=list(context_ids), tokens=tokens, probs=p,
+                        p_stored=torch.exp(stored_logp.double().cpu()),
+                        seconds=time.perf_counter() - start)
+
+
+@torch.inference_mode()
+def evaluate_drafter(target: Any, drafter: Any, at: AnchorTarget, *, law: SamplingLaw,
+                     anchor_seed: int,
+                     features: tuple[Tensor, Tensor, Tensor] | None = None) -> AnchorEval:
+    """One drafter's proposals on the anchor's stored paths. ``features`` (the output of the
+    drafter inputs for the drafter's taps) may be passed to share it between drafters with the
+    same taps; ``seconds`` counts the drafter's side only."""
+    start = time.perf_counter()
+    tokens, p = at.tokens, at.probs
     n_paths, gamma = tokens.shape
     if gamma != drafter.gamma:
         raise ValueError(f"stored paths have {gamma} slots, the drafter drafts {drafter.gamma}")
-    p = target_path_probs(target, context_ids, tokens, law=law, forward_batch=forward_batch)
     device = p.device
-    feats, committed, mask = _drafter_inputs(target, drafter, context_ids)
+    feats, committed, mask = features or drafter_inputs(target, drafter, at.context_ids)
     order = int(drafter.order)
     self_tokens = q_self = None
     if order == 0:
         logits = drafter.propose(feats, committed, None, prefix_mask=mask)    # [1, G, V]
         q = law.probs(logits[0]).unsqueeze(1).to(device)                       # [G, 1, V]
     else:
-        fm = feats.expand(n_paths, *feats.shape[1:])
-        cm = committed.expand(n_paths)
-        mm = mask.expand(n_paths, -1)
-        logits = drafter.propose(fm, cm, tokens.to(feats.device), prefix_mask=mm)  # [M, G, V]
+        # one block pass for the context; the M target predecessors as M rows of the head
+        logits = drafter.propose_paths(feats, committed, tokens.to(feats.device), mask)
         q = law.probs(logits).transpose(0, 1).to(device)                       # [G, M, V]
         gens = [generator_for(derive_seed(anchor_seed, "self", r)) for r in range(n_paths)]
         chain = torch.zeros((n_paths, gamma), dtype=torch.long, device=feats.device)
         rows = []
         for k in range(gamma):
             # slot k's proposal depends on the chain only through chain[:, k-1]
-            row = law.probs(drafter.propose(fm, cm, chain, prefix_mask=mm)[:, k])  # [M, V]
+            row = law.probs(drafter.propose_paths(feats, committed, chain, mask, slots=[k])[:, 0])
             u = torch.stack([torch.rand((), dtype=torch.float64, generator=g) for g in gens])
             chain[:, k] = inverse_cdf_sample(row, u).to(chain.device)
             rows.append(row)
@@ -211,11 +241,21 @@ def evaluate_anchor(target: Any, drafter: Any, context_ids: list[int], tokens: T
     if q_self is not None:
         tv_self = tv_distance(p, q_self, dim=-1).T.cpu()
         q_self_tok = _at(q_self, self_tokens).cpu()
-    return AnchorEval(order=order, committed=int(context_ids[-1]), tokens=tokens,
+    return AnchorEval(order=order, committed=int(at.context_ids[-1]), tokens=tokens,
                       p_tok=p_tok.cpu(), q_tok=q_tok.cpu(), tv=tv.cpu(), accept=accept.cpu(),
                       self_tokens=self_tokens, q_self_tok=q_self_tok, tv_self=tv_self,
-                      p_stored=torch.exp(stored_logp.double().cpu()),
-                      seconds=time.perf_counter() - start)
+                      p_stored=at.p_stored, seconds=time.perf_counter() - start)
+
+
+def evaluate_anchor(target: Any, drafter: Any, context_ids: list[int], tokens: Tensor,
+                    stored_logp: Tensor, *, law: SamplingLaw, anchor_seed: int,
+                    forward_batch: int) -> AnchorEval:
+    """The drafter's proposals on the stored paths ``tokens`` [M, G] at one anchor (the
+    target's side and one drafter's side; ``seconds`` counts both)."""
+    at = anchor_target(target, context_ids, tokens, stored_logp, law=law,
+                       forward_batch=forward_batch)
+    ev = evaluate_drafter(target, drafter, at, law=law, anchor_seed=anchor_seed)
+    return dataclasses.replace(ev, seconds=ev.seconds + at.seconds)
 
 
 def anchor_eval_records(anchor_id: str, ev: AnchorEval
