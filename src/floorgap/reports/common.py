@@ -62,6 +62,13 @@ def fmt_interval(lower: float, upper: float, digits: int = 3) -> str:
     return f"[{fmt(lower, digits)}, {fmt(upper, digits)}]"
 
 
+def fmt_pct_interval(lower: float, upper: float, digits: int = 1) -> str:
+    """``[lo, hi]%`` of two shares, as :func:`fmt_pct`; ``--`` when either is not finite."""
+    if not (math.isfinite(lower) and math.isfinite(upper)):
+        return "--"
+    return f"[{100 * lower:.{digits}f}, {100 * upper:.{digits}f}]\\%"
+
+
 def write_values(path: str | Path, values: Mapping[str, str], *, source: str) -> None:
     """Write a values fragment: one ``\\newcommand{\\name}{value}`` per entry, sorted.
 

@@ -23,6 +23,7 @@ from floorgap.reports.common import (
     fmt,
     fmt_interval,
     fmt_pct,
+    fmt_pct_interval,
     macro_name,
     save_figure,
     write_table,
@@ -94,12 +95,6 @@ def _signed(value: float, digits: int = 2) -> str:
     if value is None or not math.isfinite(value):
         return "--"
     return f"\\ensuremath{{{value:+.{digits}f}}}"
-
-
-def _pct_interval(lower: float, upper: float, digits: int = 1) -> str:
-    if not (math.isfinite(lower) and math.isfinite(upper)):
-        return "--"
-    return f"[{100 * lower:.{digits}f}, {100 * upper:.{digits}f}]\\%"
 
 
 def _count(value: float) -> str:
@@ -364,7 +359,7 @@ def table3_floor_intervals(inputs: Mapping[str, Path], spec: Mapping[str, Any],
             if kind == "num":
                 cells.append(fmt_interval(lo, hi))
             elif kind == "pct":
-                cells.append(_pct_interval(lo, hi))
+                cells.append(fmt_pct_interval(lo, hi))
             else:
                 cells.append(fmt(est, 2))
         latex.append(cells)
@@ -377,7 +372,7 @@ def table3_floor_intervals(inputs: Mapping[str, Path], spec: Mapping[str, Any],
 
     def interval(stat: str, k: int, pct: bool = False) -> str:
         lo, hi = s.get(stat, k, field="lower"), s.get(stat, k, field="upper")
-        return _pct_interval(lo, hi) if pct else fmt_interval(lo, hi)
+        return fmt_pct_interval(lo, hi) if pct else fmt_interval(lo, hi)
 
     for k in s.slots:
         values[macro_name("floor", "interval", "T0", "slot", k)] = interval("T0", k)

@@ -27,6 +27,7 @@ from floorgap.reports.common import (
     fmt,
     fmt_interval,
     fmt_pct,
+    fmt_pct_interval,
     macro_name,
     save_figure,
     write_table,
@@ -273,7 +274,7 @@ def table12_ours_vs_dspark(inputs: Mapping[str, Path], spec: Mapping[str, Any], 
     L = s.last
     return {
         macro_name("ours", "gap", "reduction", "last"): fmt_pct(s.get("gap_reduction", pair, L)),
-        macro_name("ours", "gap", "reduction", "last", "CI"): fmt_interval(
+        macro_name("ours", "gap", "reduction", "last", "CI"): fmt_pct_interval(
             s.get("gap_reduction", pair, L, field="lower"),
             s.get("gap_reduction", pair, L, field="upper")),
         macro_name("ours", "gap", "last"): fmt(s.get("G1", vo, L), 2),
