@@ -310,9 +310,9 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
         torch.save(final, tmp)
     if args.epochs_dir is not None:
         args.epochs_dir.mkdir(parents=True, exist_ok=True)
-    if args.epochs_dir is not None and spec.get("export_epochs"):
-        export_epochs(ckpt_dir, args.epochs_dir, tcfg.epochs, drafter.cfg, target["name"],
-                      variant, data_sha, world)
+        if spec.get("export_epochs"):
+            export_epochs(ckpt_dir, args.epochs_dir, tcfg.epochs, drafter.cfg, target["name"],
+                          variant, data_sha, world)
     if args.train_log is not None:
         with atomic_path(args.train_log) as tmp:
             tmp.write_text("".join(json.dumps(r) + "\n" for r in result.log))

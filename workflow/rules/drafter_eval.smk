@@ -80,7 +80,7 @@ for _group, _evals in EVAL_GROUPS.items():
             f"{LOGS}/drafter_eval/{{target}}/{_group}/{{domain}}-{{shard}}.log",
         threads: 1
         resources:
-            mem_mb=16000,
+            mem_mb=12000,
             runtime=120,
             gpu=lambda w: gpus_for(w.target),
         conda:

@@ -111,7 +111,7 @@ rule drafter:
         f"{LOGS}/drafters/{{target}}/{{variant}}.log",
     threads: 1
     resources:
-        mem_mb=24000,
+        mem_mb=12000,
         runtime=1440,
         gpu=lambda w: gpus_for(w.target) * drafter_processes(),
     conda:
