@@ -26,7 +26,7 @@ from floorgap.cli import StageError, run_stage, stage_parser
 
 def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser("floorgap.drafter_eval",
-                          "Evaluate a drafter on the stored target paths of one shard.")
+                          "Evaluate drafters on the stored target paths of one shard.")
     parser.add_argument("--model-dir", required=True, type=Path)
     parser.add_argument("--corpus", required=True, type=Path)
     parser.add_argument("--anchors", required=True, type=Path)
