@@ -12,6 +12,7 @@ import pytest
 from conftest import load_builders
 from floorgap.cli import run_stage
 from floorgap.report import ITEMS, build_parser, main
+from floorgap.reports.floor_items import ORDER_SEP
 
 FLOOR_ITEMS = {
     "fig2_floor_by_slot": "figure",
@@ -122,7 +123,7 @@ def test_headline_macros_follow_the_summary(built, summary_path):
     fig3 = _macros(built["fig3_floor_by_domain"][1])
     assert fig3["\\fgFloorDomainMbppLabel"] == "mbpp (HumanEval stand-in)"
     assert fig3["\\fgFloorDomainGsmEightKLabel"] == "gsm8k"
-    order = fig3["\\fgFloorDomainOrderLast"].split(" > ")
+    order = fig3["\\fgFloorDomainOrderLast"].split(ORDER_SEP)
     assert sorted(order) == ["alpaca", "gsm8k", "mbpp"]
     lasts = [s.get("T0", s.last, d) for d in order]
     assert lasts == sorted(lasts, reverse=True)

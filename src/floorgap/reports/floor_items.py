@@ -76,6 +76,10 @@ class FloorSummary(LongSummary):
         return float((self.meta.get("analysis") or {}).get("level", 0.95))
 
 
+#: Separator of the domain ordering in the values (LaTeX text mode).
+ORDER_SEP = " \\textgreater{} "
+
+
 def domain_label(domain: str, facts: Mapping[str, Any] | None) -> str:
     """A domain's display name; a stand-in says which dataset stands in, e.g.
     "mbpp (HumanEval stand-in)"."""
@@ -255,7 +259,8 @@ def fig3_floor_by_domain(inputs: Mapping[str, Path], spec: Mapping[str, Any],
         values[macro_name("floor", "domain", d, "label")] = domain_label(d, facts.get(d))
     ranked = sorted((d for d in at_last if math.isfinite(at_last[d])),
                     key=lambda d: -at_last[d])
-    values[macro_name("floor", "domain", "order", "last")] = " > ".join(ranked) or "--"
+    # \textgreater: a bare ">" prints as an inverted question mark in LaTeX's default encoding
+    values[macro_name("floor", "domain", "order", "last")] = ORDER_SEP.join(ranked) or "--"
     if ranked:
         values[macro_name("floor", "domain", "highest", "last")] = ranked[0]
         values[macro_name("floor", "domain", "lowest", "last")] = ranked[-1]
