@@ -81,6 +81,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
         raise StageError(f"{len(labels)} variant labels, {len(args.drafter)} --drafter, "
                          f"{len(args.out_paths)} --out-paths and {len(args.out_slots)} "
                          "--out-slots: give one of each per drafter, in the same order")
+    if len(set(labels)) != len(labels):
+        raise StageError(f"variant labels repeat ({labels}); each drafter needs its own")
     corpus = read_table(args.corpus)
     anchor_meta = read_metadata(args.anchors)
     model, _ = load_target(args.model_dir, target["dtype"], target["device"])

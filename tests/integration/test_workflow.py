@@ -57,6 +57,25 @@ def test_bad_config_is_refused_before_any_job(tmp_path: Path, mutate, needle: st
     assert not (tmp_path / "results").exists(), "a job ran despite the invalid config"
 
 
+@pytest.mark.parametrize(
+    ("mutate", "needle"),
+    [
+        (lambda c: c["drafters"]["components"]["arms"].update(dspark={"kind": "dspark",
+                                                                      "layers": 1}),
+         "reuses the variant name"),
+        (lambda c: c["drafters"]["components"].update(baseline="nope"), "is not one of the arms"),
+        (lambda c: c["drafters"].update(trajectory=["nope"]), "which are not drafters.variants"),
+    ],
+    ids=["arm-named-like-a-variant", "unknown-baseline", "unknown-trajectory-variant"],
+)
+def test_inconsistent_drafter_sections_are_refused(tmp_path: Path, mutate, needle: str) -> None:
+    cfg = _write_config(tmp_path / "bad.yaml", mutate)
+    res = snakemake("--cores", "1", "--configfile", str(cfg), "-n", cwd=tmp_path)
+    assert res.returncode != 0
+    assert needle in res.stdout + res.stderr
+    assert not (tmp_path / "results").exists()
+
+
 def _jobs(dry_run_output: str) -> dict[str, int]:
     """Rule -> job count from the "Job stats" table of a dry run."""
     lines = dry_run_output.split("Job stats:")[1].splitlines()[3:]

@@ -1,15 +1,15 @@
 # The drafters of the gap half (paper Secs. 3.3, 4) and the one-epoch component arms of table 13
 # share one namespace under results/<target>/drafters/.
 VARIANTS = list(config["drafters"]["variants"])
-COMPONENTS = config["drafters"].get("components", {"arms": {}})
+COMPONENTS = config["drafters"]["components"]
 ARMS = list(COMPONENTS["arms"])
-TRAJECTORY = list(config["drafters"].get("trajectory", []))
+TRAJECTORY = list(config["drafters"]["trajectory"])
 if set(VARIANTS) & set(ARMS):
     raise ValueError(
         f"drafters.components.arms reuses the variant name(s) {sorted(set(VARIANTS) & set(ARMS))}; "
         "give the component arms their own names"
     )
-if ARMS and COMPONENTS["baseline"] not in ARMS:
+if COMPONENTS["baseline"] not in ARMS:
     raise ValueError(
         f"drafters.components.baseline {COMPONENTS['baseline']!r} is not one of the arms ({', '.join(ARMS)})"
     )
@@ -22,7 +22,6 @@ if set(TRAJECTORY) - set(VARIANTS):
 
 wildcard_constraints:
     variant="|".join(map(str, VARIANTS + ARMS)) or "NONE",
-    weights=r"final|epoch-\d+",
 
 
 def variant_entry(name):
