@@ -43,9 +43,10 @@ def figures_spec():
     return as_json(config["figures"])
 
 
-def analysis_spec():
-    """Estimation settings; the config seed keys the bootstrap and K-median draws."""
-    return as_json({**config["analysis"], "seed": config["seed"]})
+def analysis_spec(**extra):
+    """Estimation settings; the config seed keys the bootstrap and K-median draws. ``extra``
+    adds stage-specific keys (the serving_risk summaries' contrasts, labels, sweeps)."""
+    return as_json({**config["analysis"], "seed": config["seed"], **extra})
 
 
 def target_spec(target):

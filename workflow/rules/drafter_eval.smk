@@ -22,21 +22,20 @@ def eval_record(variant, weights, kind):
     return f"results/{{target}}/drafter_eval/{variant}/{weights}/{{domain}}/{kind}-{{shard}}.parquet"
 
 
+def weights_file(target, variant, weights):
+    """final.pt, or epochs/epoch-<e>.pt of an earlier epoch."""
+    folder = f"results/{target}/drafters/{variant}"
+    return f"{folder}/final.pt" if weights == "final" else f"{folder}/epochs/{weights}.pt"
+
+
 def weights_input(variant, weights):
-    """final.pt, or the epochs/ folder that holds epoch-<e>.pt."""
-    folder = f"results/{{target}}/drafters/{variant}"
-    return f"{folder}/final.pt" if weights == "final" else f"{folder}/epochs"
+    """The job's input: final.pt, or the epochs/ folder (the drafter rule's output)."""
+    path = weights_file("{target}", variant, weights)
+    return path if weights == "final" else os.path.dirname(path)
 
 
 def weights_files(evals):
-    def files(wildcards):
-        folder = f"results/{wildcards.target}/drafters"
-        return [
-            f"{folder}/{v}/final.pt" if w == "final" else f"{folder}/{v}/epochs/{w}.pt"
-            for v, w in evals
-        ]
-
-    return files
+    return lambda wildcards: [weights_file(wildcards.target, v, w) for v, w in evals]
 
 
 def drafter_eval_spec(evals):

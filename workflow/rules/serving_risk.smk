@@ -32,18 +32,17 @@ def drafter_eval_records(kind):
 
 
 def serving_risk_spec(wildcards):
-    spec = {**config["analysis"], "seed": config["seed"]}
     if wildcards.summary == "trajectory":
         # The final weights are the last epoch's: label them so.
-        spec.update(
+        return analysis_spec(
             labels={v: f"{v}@epoch-{variant_epochs(v)}" for v in TRAJECTORY},
             contrasts=[],
             sweeps=False,
         )
-    elif wildcards.summary == "components":
+    if wildcards.summary == "components":
         base = COMPONENTS["baseline"]
-        spec.update(contrasts=[[arm, base] for arm in ARMS if arm != base], sweeps=False)
-    return as_json(spec)
+        return analysis_spec(contrasts=[[arm, base] for arm in ARMS if arm != base], sweeps=False)
+    return analysis_spec()
 
 
 rule serving_risk:
