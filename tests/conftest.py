@@ -52,7 +52,7 @@ def smoke_target(tmp_path_factory):
 
     Returns ``(config, target entry with its name, model folder, scratch folder)``.
     """
-    from floorgap.cli import run_stage
+    from floorgap.stages._cli import run_stage
     from floorgap.models.__main__ import build_parser, main
 
     cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
@@ -71,9 +71,9 @@ def smoke_domain_records(smoke_target):
 
     Returns ``(config, target entry, model folder, corpus file, anchors file, scratch folder)``.
     """
-    from floorgap import anchors as anchors_cli
-    from floorgap import corpus as corpus_cli
-    from floorgap.cli import run_stage
+    from floorgap.stages import anchors as anchors_cli
+    from floorgap.stages import corpus as corpus_cli
+    from floorgap.stages._cli import run_stage
 
     cfg, target, model_dir, tmp = smoke_target
     out = tmp / "domain-records"

@@ -204,8 +204,8 @@ def test_run_metadata_must_agree(tmp_path):
 def test_cli_writes_both_records(tmp_path):
     import json
 
-    from floorgap.cli import run_stage
-    from floorgap.floors import build_parser, main
+    from floorgap.stages._cli import run_stage
+    from floorgap.stages.floors import build_parser, main
     from floorgap.records import read_metadata, read_table
 
     files = build_records(tmp_path, anchors_per_domain=3)

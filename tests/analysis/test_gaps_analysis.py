@@ -14,7 +14,7 @@ from floorgap.analysis.gaps import (
     summarise,
 )
 from conftest import load_builders
-from floorgap.cli import run_stage
+from floorgap.stages._cli import run_stage
 from floorgap.records import read_table
 
 
@@ -100,7 +100,7 @@ def test_summary_shape_and_pairing(toy):
 
 
 def test_cli_and_incomplete_anchor(tmp_path):
-    from floorgap.serving_risk import build_parser, main
+    from floorgap.stages.gaps import build_parser, main
 
     files = _builders().build(tmp_path, domains=("gsm8k",), anchors_per_domain=4, gamma=2, M=4,
                               variants={"dflash": {"order": 0}, "dspark": {"order": 1}})

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from floorgap.cli import StageError
+from floorgap.errors import StageError
 from floorgap.data.anchors import (
     allocate,
     anchor_contexts,

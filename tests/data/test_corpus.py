@@ -149,8 +149,8 @@ def smoke(smoke_target):
 
 
 def _corpus(smoke, out, **corpus_overrides):
-    from floorgap.cli import run_stage
-    from floorgap.corpus import build_parser, main
+    from floorgap.stages._cli import run_stage
+    from floorgap.stages.corpus import build_parser, main
 
     cfg, target, model_dir, _ = smoke
     spec = {"target": target, "domain": {"name": "arena-hard", "prompts": 3},

@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from floorgap.cli import StageError
+from floorgap.errors import StageError
 from floorgap.data import sources
 from floorgap.data.domains import (
     DOMAINS,

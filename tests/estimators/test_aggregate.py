@@ -112,7 +112,7 @@ def test_result_unpacks_and_level():
 
 
 def test_headline_size_runs_in_one_call():
-    """384 anchors x 7 slots x B = 10^4 in one vectorised call (timing: python -m floorgap.bench)."""
+    """384 anchors x 7 slots x B = 10^4 in one vectorised call (timing: floorgap bench)."""
     g = torch.Generator().manual_seed(0)
     y = torch.rand(384, 7, dtype=D, generator=g)
     pi = torch.rand(384, dtype=D, generator=g) + 0.1

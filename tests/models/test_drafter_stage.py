@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from floorgap import drafter_train as train_cli
-from floorgap import training_data as data_cli
-from floorgap.cli import run_stage
+from floorgap.stages import drafters as train_cli
+from floorgap.stages import drafter_data as data_cli
+from floorgap.stages._cli import run_stage
 from floorgap.data.training_data import load_training_data, sequence
 from floorgap.records import read_table
 from floorgap.sampling import SamplingLaw

@@ -8,8 +8,9 @@ import time
 import pytest
 import torch
 
-from floorgap.cli import StageError, run_stage
-from floorgap.models.__main__ import build_parser, main
+from floorgap.errors import StageError
+from floorgap.stages._cli import run_stage
+from floorgap.stages.models import build_parser, main
 from floorgap.models.targets import (
     chat_prompt_ids,
     chat_text,
@@ -84,7 +85,7 @@ def test_chat_text_passes_enable_thinking_only_where_read():
 
 
 def test_read_model_info_requires_materialised_folder(tmp_path):
-    with pytest.raises(StageError, match="python -m floorgap.models"):
+    with pytest.raises(StageError, match="floorgap models"):
         read_model_info(tmp_path)
 
 

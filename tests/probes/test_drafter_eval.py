@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from floorgap.cli import run_stage
+from floorgap.stages._cli import run_stage
 from floorgap.estimators.serving import (
     accepted_length,
     joint_survival,
@@ -133,8 +133,8 @@ def test_dspark_without_markov_head_has_no_exposure(model, stored):
 
 
 def test_stage_records_are_deterministic(model, smoke_domain_records):
-    from floorgap import drafter_eval as eval_cli
-    from floorgap import rollouts as rollouts_cli
+    from floorgap.stages import drafter_eval as eval_cli
+    from floorgap.stages import rollouts as rollouts_cli
     from floorgap.models.training import (
         _trainable_layout,
         frozen_fingerprint,

@@ -193,8 +193,8 @@ def test_cli_records_are_deterministic(smoke_domain_records):
     records from two runs, and screened-out anchors kept with their screen value."""
     import json
 
-    from floorgap import mi as mi_cli
-    from floorgap.cli import run_stage
+    from floorgap.stages import mi as mi_cli
+    from floorgap.stages._cli import run_stage
     from floorgap.records import read_metadata, read_table, sha256_file
 
     cfg, target, model_dir, corpus, anchors, out = smoke_domain_records

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from floorgap.cli import run_stage
+from floorgap.stages._cli import run_stage
 from floorgap.estimators.kmedian import tv_kmedian
 from floorgap.models.targets import load_target
 from floorgap.probes.rollouts import anchor_records, sample_block
@@ -87,7 +87,7 @@ def test_floor_identities_on_real_rollouts(model, smoke_records):
 
 
 def _rollouts(smoke_records, out_dir, shards: int, shard: int) -> tuple:
-    from floorgap import rollouts as rollouts_cli
+    from floorgap.stages import rollouts as rollouts_cli
 
     cfg, target, model_dir, corpus, anchors, _ = smoke_records
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from conftest import load_builders
-from floorgap.cli import run_stage
-from floorgap.report import ITEMS, build_parser, main
+from floorgap.stages._cli import run_stage
+from floorgap.stages.report import ITEMS, build_parser, main
 from floorgap.reports.floor_items import ORDER_SEP
 
 FLOOR_ITEMS = {
@@ -31,8 +31,8 @@ def _builders():
 
 @pytest.fixture(scope="module")
 def summary_path(tmp_path_factory):
-    from floorgap.floors import build_parser as floors_parser
-    from floorgap.floors import main as floors_main
+    from floorgap.stages.floors import build_parser as floors_parser
+    from floorgap.stages.floors import main as floors_main
 
     root = tmp_path_factory.mktemp("items")
     files = _builders().build_records(root, domains=("gsm8k", "mbpp", "alpaca"),

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from conftest import load_builders
-from floorgap.cli import run_stage
-from floorgap.report import ITEMS, build_parser, main
+from floorgap.stages._cli import run_stage
+from floorgap.stages.report import ITEMS, build_parser, main
 
 GAP_ITEMS = {
     "fig4_drafter_decomposition": "figure",
@@ -33,8 +33,8 @@ def _builders():
 
 @pytest.fixture(scope="module")
 def summary_path(tmp_path_factory):
-    from floorgap.serving_risk import build_parser as stage_parser
-    from floorgap.serving_risk import main as stage_main
+    from floorgap.stages.gaps import build_parser as stage_parser
+    from floorgap.stages.gaps import main as stage_main
 
     root = tmp_path_factory.mktemp("gap_items")
     files = _builders().build(root, gamma=3, M=6, anchors_per_domain=3)
@@ -88,8 +88,8 @@ def test_macros_unique_across_items(summary_path, tmp_path):
 
 def _summarise(root, variants, spec, name):
     """Synthetic drafter records of ``variants`` through the serving_risk stage."""
-    from floorgap.serving_risk import build_parser as stage_parser
-    from floorgap.serving_risk import main as stage_main
+    from floorgap.stages.gaps import build_parser as stage_parser
+    from floorgap.stages.gaps import main as stage_main
 
     files = _builders().build(root, gamma=3, M=6, anchors_per_domain=3, variants=variants)
     out = root / "gaps" / f"{name}.parquet"

@@ -58,8 +58,8 @@ def record_files(tmp_path):
 
 
 def test_writes_table_and_values(record_files, tmp_path):
-    from floorgap.report import build_parser, main
-    from floorgap.cli import run_stage
+    from floorgap.stages.report import build_parser, main
+    from floorgap.stages._cli import run_stage
 
     values = tmp_path / "values" / "table4_mi_locality.tex"
     spec = json.dumps({"analysis": {"bootstrap": 200, "level": 0.95}, "ess_gates": [4, 8]})

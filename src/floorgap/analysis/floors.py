@@ -49,6 +49,7 @@ from floorgap.estimators.concentration import (
 from floorgap.estimators.kmedian import tv_kmedian
 from floorgap.estimators.support import effective_support
 from floorgap.estimators.truncation import renormalised_dense, truncated_floor
+from floorgap.errors import RecordMismatch
 from floorgap.records import read_metadata, read_table
 from floorgap.seeds import derive_seed
 
@@ -93,9 +94,6 @@ TOP_FRACTION = 0.1
 #: K-median restart spread at or below this counts as zero (paper Sec. D.2).
 ZERO_SPREAD = 1e-9
 
-
-class RecordMismatch(ValueError):
-    """Anchors and records do not describe the same anchors (or the same run)."""
 
 
 @dataclass(frozen=True)

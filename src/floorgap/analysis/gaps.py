@@ -54,6 +54,7 @@ from floorgap.estimators.best_response import (
     single_slot_gain,
 )
 from floorgap.estimators.serving import serving_summary
+from floorgap.errors import RecordMismatch
 from floorgap.records import read_metadata, read_table
 
 __all__ = [
@@ -110,9 +111,6 @@ NOTES = {
     "diff_tau": "tau_a - tau_b, paired within anchors",
 }
 
-
-class RecordMismatch(ValueError):
-    """The drafter evaluation records and the floors table do not describe the same anchors."""
 
 
 @dataclass

@@ -34,7 +34,7 @@ import pandas as pd
 import pyarrow as pa
 import torch
 
-from floorgap.cli import StageError
+from floorgap.errors import StageError
 from floorgap.seeds import derive_seed, generator_for
 
 log = logging.getLogger("floorgap.anchors")
@@ -231,3 +231,11 @@ def anchor_contexts(corpus: pd.DataFrame, anchors: pd.DataFrame) -> list[list[in
             raise ValueError(f"{a.anchor_id}: context length mismatch")
         contexts.append(ctx)
     return contexts
+
+
+def shard_rows(anchors: pd.DataFrame, shard: int, shards: int) -> pd.DataFrame:
+    """The anchors of one shard: row i of the id-sorted table goes to shard i mod ``shards``."""
+    if not 0 <= shard < shards:
+        raise StageError(f"shard {shard} is outside 0..{shards - 1}")
+    ordered = anchors.sort_values("anchor_id", kind="stable").reset_index(drop=True)
+    return ordered.iloc[shard::shards].reset_index(drop=True)

@@ -29,7 +29,8 @@ from typing import Any
 import pyarrow as pa
 import torch
 
-from floorgap.cli import StageError, Timer, iter_batches, progress
+from floorgap.errors import StageError
+from floorgap.progress import Timer, iter_batches, progress
 from floorgap.data.domains import Prompt, load_domain, select_prompts
 from floorgap.sampling import SamplingLaw, inverse_cdf_sample
 from floorgap.seeds import generator_for

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from floorgap.cli import StageError
+from floorgap.errors import StageError
 from floorgap.data.sources import SHIPPED, ShippedSource, read_source
 from floorgap.seeds import derive_seed
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from floorgap.cli import StageError
+from floorgap.errors import StageError
 
 log = logging.getLogger("floorgap.data")
 

@@ -46,7 +46,8 @@ from typing import Any
 
 import torch
 
-from floorgap.cli import StageError, Timer, iter_batches, progress
+from floorgap.errors import StageError
+from floorgap.progress import Timer, iter_batches, progress
 from floorgap.sampling import SamplingLaw
 from floorgap.seeds import derive_seed, generator_for
 

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from floorgap import __version__ as floorgap_version
-from floorgap.cli import StageError
+from floorgap.errors import StageError
 from floorgap.records import sha256_file, write_json
 
 log = logging.getLogger("floorgap.models")
@@ -392,7 +392,7 @@ def read_model_info(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(model_dir) / MODEL_INFO
     if not path.is_file():
         raise StageError(f"{model_dir} is not a materialised target (no {MODEL_INFO}); "
-                         f"build it with `python -m floorgap.models`")
+                         f"build it with `floorgap models`")
     return json.loads(path.read_text())
 
 

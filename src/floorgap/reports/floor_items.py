@@ -1,7 +1,7 @@
 """Paper items of the floors stage: Fig. 2, Fig. 3, Fig. D.2, Table 3 and Table D.1.
 
 Every item reads only the floors summary of the primary target
-(``results/<target>/floors/summary.parquet``, written by ``python -m floorgap.floors``), writes
+(``results/<target>/floors/summary.parquet``, written by ``floorgap floors``), writes
 its figure (``figures/<name>.pdf`` + ``.png``) or table (``paper/tables/<name>.tex`` + ``.csv``)
 and returns the macros of the numbers the text cites. Signature of an item:
 ``item(inputs, spec, out_dir) -> {macro: value}`` with ``inputs["summary"]`` the summary path,

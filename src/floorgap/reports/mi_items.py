@@ -249,7 +249,7 @@ def mi_locality(frame: pd.DataFrame, meta: Mapping[str, Any], *, ess_gates: Sequ
 
 def table4_mi_locality(inputs: Mapping[str, Path], spec: Mapping[str, Any],
                        out_dir: Path) -> dict[str, str]:
-    """Report item (``python -m floorgap.report table4_mi_locality``): Table 4 from the MI
+    """Report item (``floorgap report table4_mi_locality``): Table 4 from the MI
     record files ``inputs`` (one per domain, any keys); ``spec`` holds ``analysis``
     (``bootstrap``, ``level``, optional ``seed``) and ``ess_gates``. Writes the tex and csv
     into ``out_dir`` and returns the macros."""

@@ -1,4 +1,4 @@
-"""``python -m floorgap.anchors --spec JSON --corpus CORPUS --out ANCHORS --log LOG``
+"""``floorgap anchors --spec JSON --corpus CORPUS --out ANCHORS --log LOG``
 
 Draw the stratified anchor sample of one domain from its corpus (see floorgap.data.anchors).
 The spec holds ``domain`` (name), ``anchors`` (``per_domain``, ``gamma``, ``context_buckets``)
@@ -12,11 +12,12 @@ import logging
 import sys
 from pathlib import Path
 
-from floorgap.cli import StageError, run_stage, stage_parser
+from floorgap.errors import StageError
+from floorgap.stages._cli import run_stage, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = stage_parser("floorgap.anchors", "Sample the anchors of one domain.")
+    parser = stage_parser("floorgap anchors", "Sample the anchors of one domain.")
     parser.add_argument("--corpus", required=True, type=Path, help="corpus Parquet file")
     parser.add_argument("--out", required=True, type=Path, help="output Parquet file")
     return parser
@@ -56,6 +57,3 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
         logger.info("  stratum %-16s N_s %6d  n_s %3d  pi %.4g", s["stratum"], s["N_s"],
                     s["n_s"], s["pi"])
 
-
-if __name__ == "__main__":
-    sys.exit(run_stage(main, build_parser()))

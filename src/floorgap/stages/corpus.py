@@ -1,4 +1,4 @@
-"""``python -m floorgap.corpus --spec JSON --model-dir DIR --out CORPUS.parquet --log LOG``
+"""``floorgap corpus --spec JSON --model-dir DIR --out CORPUS.parquet --log LOG``
 
 Generate the target's corpus for one domain: select prompts (seeded), sample one response per
 prompt under the evaluation law, and write them as a Parquet record (see floorgap.data.corpus).
@@ -14,13 +14,13 @@ import logging
 import sys
 from pathlib import Path
 
-from floorgap.cli import run_stage, stage_parser
+from floorgap.stages._cli import run_stage, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = stage_parser("floorgap.corpus", "Generate the target-sampled corpus of one domain.")
+    parser = stage_parser("floorgap corpus", "Generate the target-sampled corpus of one domain.")
     parser.add_argument("--model-dir", required=True, type=Path,
-                        help="materialised target folder (python -m floorgap.models)")
+                        help="materialised target folder (floorgap models)")
     parser.add_argument("--out", required=True, type=Path, help="output Parquet file")
     return parser
 
@@ -39,6 +39,3 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     write_table(args.out, result.table, result.metadata)
     logger.info("wrote %s (%d responses)", args.out, result.table.num_rows)
 
-
-if __name__ == "__main__":
-    sys.exit(run_stage(main, build_parser()))

@@ -1,4 +1,4 @@
-"""``python -m floorgap.models --spec JSON --out results/models/<target> --log LOG``
+"""``floorgap models --spec JSON --out results/models/<target> --log LOG``
 
 Materialise one target model (a config target entry plus its ``name``) into a local folder.
 """
@@ -10,11 +10,11 @@ import logging
 import sys
 from pathlib import Path
 
-from floorgap.cli import run_stage, stage_parser
+from floorgap.stages._cli import run_stage, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = stage_parser("floorgap.models", __doc__.strip().splitlines()[2])
+    parser = stage_parser("floorgap models", __doc__.strip().splitlines()[2])
     parser.add_argument("--out", required=True, type=Path, help="output model folder")
     return parser
 
@@ -26,6 +26,3 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     logger.info("parameters %d, vocab %d, layers %d, dtype %s", info["parameters"],
                 info["vocab_size"], info["num_hidden_layers"], info["dtype"])
 
-
-if __name__ == "__main__":
-    sys.exit(run_stage(main, build_parser()))

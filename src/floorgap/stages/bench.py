@@ -1,7 +1,7 @@
 """Benchmarks of the project's hot paths.
 
-    python -m floorgap.bench estimators [--json [PATH]] [--device cpu] [--threads N]
-    python -m floorgap.bench rollouts [--model-dir results/models/smollm2-135m] [--paths 64]
+    floorgap bench estimators [--json [PATH]] [--device cpu] [--threads N]
+    floorgap bench rollouts [--model-dir results/models/smollm2-135m] [--paths 64]
 
 Each subcommand is a function registered in ``BENCHMARKS``; it returns a list of result rows
 (name, value, unit, note) that are printed as a table and optionally written as JSON. Inputs
@@ -245,7 +245,7 @@ def format_table(rows: list[Row]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m floorgap.bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="floorgap bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, add_options, run) in BENCHMARKS.items():
@@ -259,7 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def run(argv: list[str] | None = None) -> int:
+    """``floorgap bench <benchmark> [options]``: run one benchmark and print its table."""
     args = build_parser().parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -279,6 +280,3 @@ def main(argv: list[str] | None = None) -> int:
                 fh.write(text + "\n")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

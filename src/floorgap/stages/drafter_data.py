@@ -1,4 +1,4 @@
-"""``python -m floorgap.training_data --spec JSON --model-dir DIR --corpus C1 [C2 ...] --out OUT``
+"""``floorgap drafter_data --spec JSON --model-dir DIR --corpus C1 [C2 ...] --out OUT``
 
 Drafter training data of one target (see floorgap.data.training_data): training prompts per
 domain, disjoint from the evaluation corpora given with ``--corpus`` (one file per domain of the
@@ -15,11 +15,12 @@ import logging
 import sys
 from pathlib import Path
 
-from floorgap.cli import StageError, run_stage, stage_parser
+from floorgap.errors import StageError
+from floorgap.stages._cli import run_stage, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = stage_parser("floorgap.training_data",
+    parser = stage_parser("floorgap drafter_data",
                           "Generate drafter training blocks with the target.")
     parser.add_argument("--model-dir", required=True, type=Path)
     parser.add_argument("--corpus", required=True, type=Path, nargs="+",
@@ -61,6 +62,3 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
                 len(data["block_seq"]), meta["gamma"], data["target_ids"].shape[-1],
                 meta["seconds"]["generate"], meta["seconds"]["targets"])
 
-
-if __name__ == "__main__":
-    sys.exit(run_stage(main, build_parser()))

@@ -1,4 +1,4 @@
-"""``python -m floorgap.floors --spec JSON --anchors A... --paths P... --floors F...
+"""``floorgap floors --spec JSON --anchors A... --paths P... --floors F...
 --out-anchor-slot anchor_slot.parquet --out-summary summary.parquet --log LOG``
 
 The floors stage of one target (CPU): reads every rollouts shard of every domain and the
@@ -19,11 +19,13 @@ import logging
 import sys
 from pathlib import Path
 
-from floorgap.cli import StageError, Timer, run_stage, stage_parser
+from floorgap.errors import StageError
+from floorgap.progress import Timer
+from floorgap.stages._cli import run_stage, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = stage_parser("floorgap.floors", "Floors of one target: anchor x slot values and "
+    parser = stage_parser("floorgap floors", "Floors of one target: anchor x slot values and "
                           "their Hajek/bootstrap summary.")
     parser.add_argument("--anchors", required=True, nargs="+", type=Path,
                         help="anchors file of every domain (their order is the domain order)")
@@ -99,6 +101,3 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     write_table(args.out_summary, summary, meta)
     logger.info("wrote %s and %s", args.out_anchor_slot, args.out_summary)
 
-
-if __name__ == "__main__":
-    sys.exit(run_stage(main, build_parser()))

@@ -1,4 +1,4 @@
-"""``python -m floorgap.rollouts --spec JSON --model-dir DIR --corpus C --anchors A
+"""``floorgap rollouts --spec JSON --model-dir DIR --corpus C --anchors A
 --out-paths PATHS.parquet --out-floors FLOORS.parquet --log LOG``
 
 Target rollouts for one shard of one domain's anchors (see floorgap.probes.rollouts): M paths
@@ -17,11 +17,12 @@ import logging
 import sys
 from pathlib import Path
 
-from floorgap.cli import StageError, run_stage, stage_parser
+from floorgap.errors import StageError
+from floorgap.stages._cli import run_stage, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = stage_parser("floorgap.rollouts", "Sample target rollouts at one shard of anchors.")
+    parser = stage_parser("floorgap rollouts", "Sample target rollouts at one shard of anchors.")
     parser.add_argument("--model-dir", required=True, type=Path)
     parser.add_argument("--corpus", required=True, type=Path)
     parser.add_argument("--anchors", required=True, type=Path)
@@ -30,17 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def shard_rows(anchors, shard: int, shards: int):
-    """The anchors of one shard: row i of the id-sorted table goes to shard i mod ``shards``."""
-    if not 0 <= shard < shards:
-        raise StageError(f"shard {shard} is outside 0..{shards - 1}")
-    ordered = anchors.sort_values("anchor_id", kind="stable").reset_index(drop=True)
-    return ordered.iloc[shard::shards].reset_index(drop=True)
-
-
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.cli import progress
-    from floorgap.data.anchors import anchor_contexts
+    from floorgap.progress import progress
+    from floorgap.data.anchors import anchor_contexts, shard_rows
     from floorgap.models.targets import load_target
     from floorgap.probes.rollouts import anchor_records, sample_block
     from floorgap.sampling import SamplingLaw
@@ -85,6 +78,3 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     logger.info("wrote %d anchors x %d paths; mean %.2f s per anchor", len(anchors),
                 int(cfg["paths"]), sum(seconds) / len(seconds))
 
-
-if __name__ == "__main__":
-    sys.exit(run_stage(main, build_parser()))

@@ -1,4 +1,4 @@
-"""``python -m floorgap.mi --spec JSON --model-dir DIR --corpus C --anchors A --out MI.parquet
+"""``floorgap mi --spec JSON --model-dir DIR --corpus C --anchors A --out MI.parquet
 --log LOG``
 
 Mutual-information recovery at every anchor of one domain (see floorgap.probes.mi): an
@@ -19,11 +19,12 @@ import logging
 import sys
 from pathlib import Path
 
-from floorgap.cli import StageError, run_stage, stage_parser
+from floorgap.errors import StageError
+from floorgap.stages._cli import run_stage, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = stage_parser("floorgap.mi", "Measure mutual-information recovery at one domain's "
+    parser = stage_parser("floorgap mi", "Measure mutual-information recovery at one domain's "
                                          "anchors.")
     parser.add_argument("--model-dir", required=True, type=Path)
     parser.add_argument("--corpus", required=True, type=Path)
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.cli import progress
+    from floorgap.progress import progress
     from floorgap.data.anchors import anchor_contexts
     from floorgap.estimators.mi import screen_anchors
     from floorgap.models.targets import load_target
@@ -113,6 +114,3 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
                 "screening, %.2f s measuring per anchor", len(table), n_screened, len(anchors),
                 threshold, mean(screen_seconds), mean(measure_seconds))
 
-
-if __name__ == "__main__":
-    sys.exit(run_stage(main, build_parser()))

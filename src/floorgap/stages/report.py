@@ -1,4 +1,4 @@
-"""``python -m floorgap.report ITEM --summary S [--input KEY=PATH ...] [--spec JSON]
+"""``floorgap report ITEM --summary S [--input KEY=PATH ...] [--spec JSON]
 --out-dir DIR --out-values paper/values/ITEM.tex [--log LOG]``
 
 One paper item (a figure or a table) from analysis records. ``ITEMS`` maps each item name to
@@ -8,7 +8,7 @@ over (the plotting options for figures), ``out_dir`` the folder of the item's fi
 (``figures`` or ``paper/tables``). The dispatcher writes the returned macros to the values
 fragment ``--out-values``.
 
-``python -m floorgap.report values --out paper/values.tex FRAGMENT...`` concatenates the
+``floorgap report values --out paper/values.tex FRAGMENT...`` concatenates the
 values fragments of every item (a macro defined twice is an error).
 """
 
@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from floorgap.cli import StageError, run_stage, stage_parser
+from floorgap.errors import StageError
+from floorgap.stages._cli import run_stage, stage_parser
 from floorgap.reports import floor_items, gap_items, mi_items
 
 Item = Callable[[Mapping[str, Path], Mapping[str, Any], Path], dict[str, str]]
@@ -73,7 +74,7 @@ def _named_input(text: str) -> tuple[str, Path]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = stage_parser("floorgap.report", "Build one paper item (figure or table) and its "
+    parser = stage_parser("floorgap report", "Build one paper item (figure or table) and its "
                           "values fragment, or concatenate values fragments.", spec=False)
     parser.add_argument("item", help=f"one of {sorted(ITEMS)} or '{VALUES}'")
     parser.add_argument("fragments", nargs="*", type=Path,
@@ -122,6 +123,3 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     logger.info("%s: wrote %s and %d values to %s", args.item, args.out_dir, len(values),
                 args.out_values)
 
-
-if __name__ == "__main__":
-    sys.exit(run_stage(main, build_parser()))

@@ -1,4 +1,4 @@
-"""``python -m floorgap.drafter_train --spec JSON --model-dir DIR --data TRAIN_DATA --out FINAL``
+"""``floorgap drafters --spec JSON --model-dir DIR --data TRAIN_DATA --out FINAL``
 
 Train one drafter variant on a target's training record (floorgap.data.training_data) and write
 ``FINAL`` (``final.pt``): the trainable weights, the filled ``DrafterConfig``, the fingerprint of
@@ -45,7 +45,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from floorgap.cli import StageError, run_stage, stage_parser
+from floorgap.errors import StageError
+from floorgap.stages._cli import run_stage, stage_parser
 
 FINAL_FORMAT = 1
 RUN_FILE = "run.json"
@@ -55,7 +56,7 @@ _NOT_MODEL = {"name", "epochs", "checkpoint", "seed_key"}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = stage_parser("floorgap.drafter_train", "Train one drafter variant on a target.")
+    parser = stage_parser("floorgap drafters", "Train one drafter variant on a target.")
     parser.add_argument("--model-dir", required=True, type=Path)
     parser.add_argument("--data", required=True, type=Path, help="drafter training record")
     parser.add_argument("--out", required=True, type=Path, help="final.pt")
@@ -123,7 +124,7 @@ class BlockExamples:
         """Compute the tap features of every sequence; returns the seconds it took."""
         import torch
 
-        from floorgap.cli import Timer
+        from floorgap.progress import Timer
         from floorgap.data.training_data import sequence
         from floorgap.models.drafters import target_features
 
@@ -216,17 +217,17 @@ def _run_record(spec: Mapping[str, Any], cfg: Any, tcfg: Any, data_sha: str) -> 
             "variant": spec["variant"]["name"]}
 
 
-def _torchrun(processes: int) -> int:
-    """Re-execute this command under torchrun with ``processes`` ranks."""
+def _torchrun(processes: int, argv: list[str]) -> int:
+    """Re-execute this stage (arguments ``argv``) under torchrun with ``processes`` ranks."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={processes}", "-m", "floorgap.drafter_train", *sys.argv[1:]]
+           f"--nproc_per_node={processes}", "-m", "floorgap", "drafters", *argv]
     return subprocess.run(cmd, check=False).returncode
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     import torch
 
-    from floorgap.cli import Timer
+    from floorgap.progress import Timer
     from floorgap.data.training_data import load_training_data
     from floorgap.models.drafters import build_drafter
     from floorgap.models.targets import load_target
@@ -249,7 +250,7 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     if processes > 1:
         rank, world = init_distributed()
         if world == 1:  # not under torchrun yet
-            code = _torchrun(processes)
+            code = _torchrun(processes, args.argv)
             if code != 0:
                 raise StageError(f"torchrun with {processes} processes exited with status {code}")
             return
@@ -318,6 +319,3 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
             tmp.write_text("".join(json.dumps(r) + "\n" for r in result.log))
     logger.info("wrote %s", args.out)
 
-
-if __name__ == "__main__":
-    sys.exit(run_stage(main, build_parser()))

@@ -1,4 +1,4 @@
-"""``python -m floorgap.serving_risk --spec JSON --anchor-slot FLOORS --paths P... --slots S...
+"""``floorgap gaps --spec JSON --anchor-slot FLOORS --paths P... --slots S...
 --out-summary summary.parquet --log LOG``
 
 The gap half of one target (CPU): model gaps against the floors, exposure, free vs serving
@@ -19,11 +19,13 @@ import logging
 import sys
 from pathlib import Path
 
-from floorgap.cli import StageError, Timer, run_stage, stage_parser
+from floorgap.errors import StageError
+from floorgap.progress import Timer
+from floorgap.stages._cli import run_stage, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = stage_parser("floorgap.serving_risk", "Gaps, exposure, serving risk, dependence "
+    parser = stage_parser("floorgap gaps", "Gaps, exposure, serving risk, dependence "
                           "and best responses of the drafters of one target.")
     parser.add_argument("--anchor-slot", required=True, type=Path,
                         help="the floors stage's anchor x slot table")
@@ -84,6 +86,3 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     write_table(args.out_summary, summary, meta)
     logger.info("wrote %s", args.out_summary)
 
-
-if __name__ == "__main__":
-    sys.exit(run_stage(main, build_parser()))

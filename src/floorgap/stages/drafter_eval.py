@@ -1,4 +1,4 @@
-"""``python -m floorgap.drafter_eval --spec JSON --model-dir DIR --corpus C --anchors A
+"""``floorgap drafter_eval --spec JSON --model-dir DIR --corpus C --anchors A
 --rollouts PATHS.parquet --drafter D1.pt [D2.pt ...] --out-paths P1.parquet [P2 ...]
 --out-slots S1.parquet [S2 ...] --log LOG``
 
@@ -9,7 +9,7 @@ slot risks (R, R^oracle, R^self, exposure), one pair of record files per drafter
 p_k along the paths is computed once per anchor and shared by the drafters. The spec holds
 ``target`` (config entry with ``name``), ``rollouts`` (``forward_batch``, ``shards``), ``law``,
 ``gamma``, ``shard`` and ``variants`` (the label each drafter's records carry, in the order of
-``--drafter``). The shard's anchors are those of ``floorgap.rollouts.shard_rows``; every one
+``--drafter``). The shard's anchors are those of ``floorgap.data.anchors.shard_rows``; every one
 must have its stored paths.
 """
 
@@ -21,11 +21,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from floorgap.cli import StageError, run_stage, stage_parser
+from floorgap.errors import StageError
+from floorgap.stages._cli import run_stage, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = stage_parser("floorgap.drafter_eval",
+    parser = stage_parser("floorgap drafter_eval",
                           "Evaluate drafters on the stored target paths of one shard.")
     parser.add_argument("--model-dir", required=True, type=Path)
     parser.add_argument("--corpus", required=True, type=Path)
@@ -42,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.cli import progress
+    from floorgap.progress import progress
     from floorgap.data.anchors import anchor_contexts
     from floorgap.models.targets import load_target
     from floorgap.probes.drafter_eval import (
@@ -54,7 +55,7 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
         path_arrays,
     )
     from floorgap.records import dataclass_rows, read_metadata, read_table, write_table
-    from floorgap.rollouts import shard_rows
+    from floorgap.data.anchors import shard_rows
     from floorgap.sampling import SamplingLaw
 
     spec = args.spec
@@ -142,6 +143,3 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     logger.info("wrote %d anchors x %d drafters; per anchor: target %.2f s, %s", len(anchors),
                 len(drafters), sum(target_seconds) / len(target_seconds),
                 ", ".join(f"{label} {sum(v) / len(v):.2f} s" for label, v in seconds.items()))
-
-if __name__ == "__main__":
-    sys.exit(run_stage(main, build_parser()))

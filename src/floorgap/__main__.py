@@ -1,0 +1,7 @@
+"""``python -m floorgap <stage> ...`` is ``floorgap <stage> ...``."""
+
+import sys
+
+from floorgap.cli import main
+
+sys.exit(main())

@@ -1,0 +1,26 @@
+"""The stage commands: one module per Snakemake rule (or rule family), named like the rule and
+its results folder, each a thin argparse wrapper over library code (``build_parser()`` and
+``main(args, logger)``). ``floorgap <stage> ...`` runs one; ``floorgap --help`` lists them.
+"""
+
+from __future__ import annotations
+
+#: Stage name -> one line of help, in DAG order. The name is the module under
+#: ``floorgap.stages``, the rule (or rule prefix) and the results folder.
+STAGES: dict[str, str] = {
+    "models": "materialise a target model into a local folder (results/models/<target>)",
+    "corpus": "target responses to one domain's prompts under the evaluation law",
+    "anchors": "stratified anchor sample of one domain, with inclusion probabilities",
+    "rollouts": "M target paths per anchor with full-vocabulary p_k and the exact floors",
+    "floors": "T^(0), T^(1), bounds, support, K-median and bootstrap summaries of one target",
+    "mi": "mutual-information recovery rho_{k,m} on one domain's screened anchors",
+    "drafter_data": "drafter training blocks from the target under the training law",
+    "drafters": "train one drafter variant (resumable, per-epoch checkpoints)",
+    "drafter_eval": "R, R^oracle, R^self and accept factors of drafters on the rollout paths",
+    "gaps": "model gaps, exposure, serving risk, dependence and best responses",
+    "report": "one paper figure or table (and its values fragment) from analysis summaries",
+    "values": "concatenate the items' values fragments into paper/values.tex",
+    "paper": "compile paper/main.tex with latexmk",
+    "manifest": "row counts and SHA-256 of a target's record files",
+    "bench": "benchmarks of the hot paths, as ratios against an in-run baseline",
+}
