@@ -1,7 +1,8 @@
 # floorgap: the paper "Beyond Parallel Blindness: Information Floors and Model Gaps in Block
 # Drafting" as one DAG. `snakemake --cores all` runs the embedded default (config.yaml);
 # `--configfile workflow/configs/<name>.yaml` selects a paper-scale or smoke config.
-# Wiring only: every rule calls a small CLI `python -m floorgap.<stage>`.
+# Wiring only: every rule calls the console command `floorgap <stage>`; the decisions live in
+# floorgap.config and the report items in floorgap.reports.registry.
 from pathlib import Path
 
 # The embedded default, unless `--configfile` names another config: that one then *replaces*
@@ -11,32 +12,28 @@ if not workflow.overwrite_configfiles:
     configfile: "config.yaml"
 
 
+# One rule file per stage, in DAG order; each must exist.
 include: "workflow/rules/common.smk"
-
-
-# Stages in DAG order; a stage's rule file joins the workflow as soon as it exists.
-STAGES = [
-    "models",
-    "corpus",
-    "anchors",
-    "rollouts",
-    "floors",
-    "mi",
-    "drafters",
-    "drafter_eval",
-    "serving_risk",
-    "bench",
-    "figures",
-    "tables",
-    "paper",
-]
-for _stage in STAGES:
-    if Path(workflow.basedir, "workflow", "rules", f"{_stage}.smk").exists():
-
-        include: f"workflow/rules/{_stage}.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/corpus.smk"
+include: "workflow/rules/anchors.smk"
+include: "workflow/rules/rollouts.smk"
+include: "workflow/rules/floors.smk"
+include: "workflow/rules/mi.smk"
+include: "workflow/rules/drafter_data.smk"
+include: "workflow/rules/drafters.smk"
+include: "workflow/rules/drafter_eval.smk"
+include: "workflow/rules/gaps.smk"
+include: "workflow/rules/report.smk"
+include: "workflow/rules/paper.smk"
+include: "workflow/rules/manifest.smk"
+include: "workflow/rules/explore.smk"
 
 
 rule all:
     default_target: True
     input:
-        final_outputs(),
+        "paper/main.pdf",
+        [f"results/{target}/manifest.json" for target in W.targets],
+        # report items outside the paper (plugins): built by `all` too
+        [path for item in ITEMS.values() if not item.in_paper for path in item.files],

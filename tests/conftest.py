@@ -19,15 +19,24 @@ REPO = Path(__file__).resolve().parents[1]
 SMOKE_CONFIG = REPO / "workflow" / "configs" / "smoke.yaml"
 
 
-def snakemake(*args: str, cwd: Path, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
-    """Run the repository's workflow with the Snakemake CLI of this interpreter's environment."""
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), *args]
-    # PATH is left as it is, without this environment's bin folder in front: the workflow
-    # itself must make its jobs' `python -m floorgap...` find the package.
+def snakemake_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a workflow run: PATH without this environment's bin folder (the
+    workflow itself must make its jobs find the `floorgap` command), plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != bin_dir)
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return {**env, **(extra or {})}
+
+
+def snakemake_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), *args]
+
+
+def snakemake(*args: str, cwd: Path, timeout: float = 1800,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the repository's workflow with the Snakemake CLI of this interpreter's environment."""
+    return subprocess.run(snakemake_cmd(*args), cwd=cwd, env=snakemake_env(env),
+                          capture_output=True, text=True, timeout=timeout)
 
 
 @functools.cache

@@ -36,7 +36,7 @@ def toy(tmp_path_factory):
                 "dspark": {"order": 1}, "ours": {"order": 1}, "blind": {"order": 1, "blind": True}}
     files = _builders().build(root, variants=variants, gamma=3, M=8)
     rec = load_records(files["anchor_slot"][0], files["paths"], files["slots"])
-    return files, rec, summarise(rec, n_boot=50, level=0.9)
+    return files, rec, summarise(rec, n_boot=50, level=0.9, contrasts=[("ours", "dspark")])
 
 
 def test_exact_drafter(toy):
@@ -110,10 +110,13 @@ def test_cli_and_incomplete_anchor(tmp_path):
     meta = read_metadata(files["paths"][0])
     write_table(files["paths"][0], paths.iloc[1:], meta)  # one anchor loses a path row
     out = tmp_path / "gaps" / "summary.parquet"
-    argv = ["--spec", json.dumps({"bootstrap": 20, "level": 0.9}),
+    argv = ["--spec", json.dumps({"bootstrap": 20, "level": 0.9, "contrasts": []}),
             "--anchor-slot", str(files["anchor_slot"][0]),
             "--paths", *map(str, files["paths"]), "--slots", *map(str, files["slots"]),
             "--out-summary", str(out), "--threads", "1"]
+    no_contrasts = ["--spec", json.dumps({"bootstrap": 20, "level": 0.9}), *argv[2:]]
+    assert run_stage(main, build_parser(), no_contrasts) == 2  # contrasts are named explicitly
+    assert not out.exists()
     assert run_stage(main, build_parser(), argv) == 0
     df = read_table(out)
     assert _get(df, "anchors_incomplete", "dflash") == 1

@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, SMOKE_CONFIG, snakemake
+from conftest import REPO, SMOKE_CONFIG, snakemake, snakemake_cmd, snakemake_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
-FIGURES = ["fig2_floor_by_slot", "fig3_floor_by_domain", "figD2_kmedian",
-           "fig4_drafter_decomposition", "fig6_slot_priority", "fig7_prefix_attention"]
-TABLES = ["table3_floor_intervals", "table4_mi_locality", "tableD1_concentration",
-          "table5_dflash", "table6_dspark", "table7_serving_risk", "table8_dependence",
-          "table10_trajectory", "table12_ours_vs_dspark", "table13_components",
-          "tableF5_single_slot", "tableF6_sweeps"]
+from floorgap.reports.registry import ITEMS
+
+FIGURES = [i.name for i in ITEMS if i.kind == "figure"]
+TABLES = [i.name for i in ITEMS if i.kind == "table"]
 
 
 def _write_config(path: Path, mutate) -> Path:
@@ -33,7 +37,7 @@ def test_default_config_dry_run_lists_jobs(tmp_path: Path) -> None:
     res = snakemake("-n", "--cores", "1", "--configfile", str(REPO / "config.yaml"), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     out = res.stdout + res.stderr
-    for rule in ("model", "corpus", "anchors", "manifest"):
+    for rule in ("models", "corpus", "anchors", "manifest"):
         assert rule in out
 
 
@@ -65,8 +69,10 @@ def test_bad_config_is_refused_before_any_job(tmp_path: Path, mutate, needle: st
          "reuses the variant name"),
         (lambda c: c["drafters"]["components"].update(baseline="nope"), "is not one of the arms"),
         (lambda c: c["drafters"].update(trajectory=["nope"]), "which are not drafters.variants"),
+        (lambda c: c["drafters"]["roles"].update(order1="nope"), "drafters.roles.order1"),
     ],
-    ids=["arm-named-like-a-variant", "unknown-baseline", "unknown-trajectory-variant"],
+    ids=["arm-named-like-a-variant", "unknown-baseline", "unknown-trajectory-variant",
+         "unknown-role"],
 )
 def test_inconsistent_drafter_sections_are_refused(tmp_path: Path, mutate, needle: str) -> None:
     cfg = _write_config(tmp_path / "bad.yaml", mutate)
@@ -161,9 +167,9 @@ def test_plotting_option_reruns_nothing_upstream(smoke_run: Path, tmp_path: Path
     res = snakemake("--cores", "1", "--configfile", str(cfg), "-n", cwd=smoke_run)
     assert res.returncode == 0, res.stderr
     jobs = _jobs(res.stdout)
-    upstream = {"model", "corpus", "anchors", "rollouts", "floors", "mi", "manifest",
-                "drafter_data", "drafter", "drafter_eval_summary", "drafter_eval_components",
-                "serving_risk"}
+    upstream = {"models", "corpus", "anchors", "rollouts", "floors", "mi", "manifest",
+                "drafter_data", "drafters", "drafter_eval_summary", "drafter_eval_components",
+                "gaps"}
     assert not upstream & set(jobs), jobs
     assert set(FIGURES) <= set(jobs)
 
@@ -174,3 +180,118 @@ def test_html_report(smoke_run: Path) -> None:
     html = (smoke_run / "report.html").read_text(errors="replace")
     assert "fig2_floor_by_slot" in html and "table4_mi_locality" in html
     assert "fig7_prefix_attention" in html and "table13_components" in html
+
+
+def _record_hashes(work: Path) -> dict[str, str]:
+    """SHA-256 of every Parquet record under results/ (the manifests' files and the drafter
+    evaluations), by path relative to the working directory."""
+    return {str(p.relative_to(work)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted((work / "results").rglob("*.parquet"))}
+
+
+def _smoke_targets() -> list[str]:
+    """What the smoke runs build: everything, or without LaTeX everything but the PDF."""
+    (target,) = yaml.safe_load(SMOKE_CONFIG.read_text())["targets"]
+    return [] if shutil.which("latexmk") else ["paper/values.tex", f"results/{target}/manifest.json"]
+
+
+PLUGIN = '''
+"""A report item outside the package: T0 by slot as a bar chart."""
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from floorgap.reports.registry import ReportItem
+
+ITEMS = [ReportItem("figZ_floor_bars", "figure", "floors", "Floors",
+                    "fixture_items:figZ_floor_bars", in_paper=False)]
+
+
+def figZ_floor_bars(inputs, spec, out_dir):
+    s = pd.read_parquet(inputs["summary"])
+    t0 = s[(s.statistic == "T0") & (s.domain == "all") & (s.slot >= 0)]
+    fig, ax = plt.subplots(figsize=(spec["width_in"], spec["height_in"]))
+    ax.bar(t0.slot, t0.estimate)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for ext in ("pdf", "png"):
+        fig.savefig(out_dir / f"figZ_floor_bars.{ext}")
+    return {"\\\\fgFixtureSlots": str(len(t0))}
+'''
+
+
+def test_a_new_figure_is_a_function_and_a_registry_row(smoke_run: Path, tmp_path: Path) -> None:
+    """A figure added outside the package (a plugin module: one function, one row) is built by
+    name, alone, from the finished run's records."""
+    (tmp_path / "fixture_items.py").write_text(PLUGIN)
+    cfg = _write_config(tmp_path / "plugin.yaml",
+                        lambda c: c.update(report={"plugins": ["fixture_items"]}))
+    env = {"PYTHONPATH": str(tmp_path)}
+    target = "figures/figZ_floor_bars.pdf"
+    res = snakemake(target, "--cores", "1", "--configfile", str(cfg), "-n", cwd=smoke_run, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert _jobs(res.stdout) == {"figZ_floor_bars": 1, "total": 1}
+    res = snakemake(target, "--cores", "1", "--configfile", str(cfg), cwd=smoke_run, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (smoke_run / target).stat().st_size > 0
+    assert "fgFixtureSlots" in (smoke_run / "paper/values/figZ_floor_bars.tex").read_text()
+
+
+def test_renamed_drafters_build_every_item(smoke_run: Path, tmp_path: Path) -> None:
+    """Every variant renamed (and the roles with them): every figure and table still builds.
+    The floor half's records are reused from the smoke run (their specs do not name drafters)."""
+    names = {"dflash": "blockwise", "dspark": "markov", "ours": "prefix-head"}
+
+    def rename(c):
+        d = c["drafters"]
+        d["variants"] = {names[k]: v for k, v in d["variants"].items()}
+        d["roles"] = {r: names[v] for r, v in d["roles"].items()}
+        d["trajectory"] = [names[v] for v in d["trajectory"]]
+
+    cfg = _write_config(tmp_path / "renamed.yaml", rename)
+    work = tmp_path / "work"
+    (target,) = yaml.safe_load(SMOKE_CONFIG.read_text())["targets"]
+    skip = {"drafters", "drafter_eval", "gaps", "drafter_data"}
+    shutil.copytree(smoke_run / "results", work / "results",
+                    ignore=lambda d, names_: [n for n in names_ if n in skip or n == "logs"])
+    res = snakemake(*_smoke_targets(), "--cores", "2", "--configfile", str(cfg), cwd=work)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    trained = {p.parent.name for p in (work / "results" / target / "drafters").glob("*/final.pt")}
+    assert set(names.values()) <= trained and not set(names) & trained
+    for item in ITEMS:
+        for path in item.files:
+            assert (work / path).stat().st_size > 0, path
+    values = (work / "paper" / "values.tex").read_text()
+    assert "\\newcommand{\\fgOursVsDsparkTauChange}" in values
+    gaps = pd.read_parquet(work / "results" / target / "gaps" / "summary.parquet")
+    assert set(gaps.variant) == {"blockwise", "markov", "prefix-head", "prefix-head-markov"}
+
+
+def test_kill_mid_dag_then_rerun_gives_the_same_records(smoke_run: Path, tmp_path: Path) -> None:
+    """kill -9 of Snakemake and its running jobs in the middle of the smoke DAG, then
+    `--unlock` and a rerun: the final records equal those of the uninterrupted run."""
+    work = tmp_path / "killed"
+    work.mkdir()
+    proc = subprocess.Popen(snakemake_cmd(*_smoke_targets(), "--cores", "2", "--configfile",
+                                          str(SMOKE_CONFIG)),
+                            cwd=work, env=snakemake_env(), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Kill while drafters train and rollouts or evaluations run: some outputs exist, some jobs
+    # are half done.
+    deadline = time.monotonic() + 900
+    logs = work / "results" / "logs" / "drafters"
+    while not (logs.exists() and any(logs.rglob("*.log"))) and time.monotonic() < deadline:
+        assert proc.poll() is None, "the DAG ended before the kill"
+        time.sleep(0.5)
+    time.sleep(3)
+    assert proc.poll() is None, "the DAG ended before the kill"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (work / "paper" / "values.tex").exists()
+    assert snakemake("--unlock", "--cores", "1", "--configfile", str(SMOKE_CONFIG),
+                     cwd=work).returncode == 0
+    res = snakemake(*_smoke_targets(), "--cores", "2", "--rerun-incomplete", "--configfile",
+                    str(SMOKE_CONFIG), cwd=work)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    before, after = _record_hashes(smoke_run), _record_hashes(work)
+    assert len(after) > 50 and after == before

@@ -11,6 +11,7 @@ from floorgap.stages import drafters as train_cli
 from floorgap.stages import drafter_data as data_cli
 from floorgap.stages._cli import run_stage
 from floorgap.data.training_data import load_training_data, sequence
+from floorgap.models.checkpoints import load_final
 from floorgap.records import read_table
 from floorgap.sampling import SamplingLaw
 
@@ -111,7 +112,7 @@ def test_drafter_cli_trains_resumes_and_loads(smoke_domain_records, train_data, 
         assert torch.equal(first["model"][k], second["model"][k])
 
     model, _ = load_target(model_dir, target["dtype"], "cpu")
-    drafter = train_cli.load_final(final, model)
+    drafter = load_final(final, model)
     assert drafter.cfg.kind == "prefix_attention" and drafter.cfg.taps == cfg["drafters"]["taps"]
     params = dict(drafter.named_parameters())
     for k, v in first["model"].items():

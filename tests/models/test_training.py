@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from floorgap.models.checkpoints import latest_checkpoint, load_checkpoint, load_drafter_weights
 from floorgap.models.training import (
     TIMING_KEYS,
     StackedExamples,
@@ -17,10 +18,7 @@ from floorgap.models.training import (
     collate,
     densify_targets,
     epoch_batches,
-    latest_checkpoint,
     launch,
-    load_checkpoint,
-    load_drafter_weights,
     train,
 )
 

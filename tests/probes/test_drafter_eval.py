@@ -135,11 +135,7 @@ def test_dspark_without_markov_head_has_no_exposure(model, stored):
 def test_stage_records_are_deterministic(model, smoke_domain_records):
     from floorgap.stages import drafter_eval as eval_cli
     from floorgap.stages import rollouts as rollouts_cli
-    from floorgap.models.training import (
-        _trainable_layout,
-        frozen_fingerprint,
-        trainable_state,
-    )
+    from floorgap.models.checkpoints import frozen_fingerprint, trainable_layout, trainable_state
 
     cfg, target, model_dir, corpus, anchors, out = smoke_domain_records
     out = out / "drafter-eval"
@@ -159,7 +155,7 @@ def test_stage_records_are_deterministic(model, smoke_domain_records):
     ckpt = out / "final.pt"
     # the layout of final.pt: config, trainable weights and the training loader's checks
     torch.save({"drafter_config": dataclasses.asdict(drafter.cfg),
-                "model": trainable_state(drafter), "trainable_layout": _trainable_layout(drafter),
+                "model": trainable_state(drafter), "trainable_layout": trainable_layout(drafter),
                 "frozen_fingerprint": frozen_fingerprint(drafter)}, ckpt)
     results = []
     for run in ("one", "two"):
@@ -177,7 +173,7 @@ def test_stage_records_are_deterministic(model, smoke_domain_records):
     torch.save({**torch.load(ckpt, weights_only=True),
                 "drafter_config": dataclasses.asdict(_drafter(model, "dflash").cfg),
                 "model": trainable_state(_drafter(model, "dflash")),
-                "trainable_layout": _trainable_layout(_drafter(model, "dflash"))},
+                "trainable_layout": trainable_layout(_drafter(model, "dflash"))},
                out / "dflash.pt")
     both = out / "both"
     assert run_stage(eval_cli.main, eval_cli.build_parser(),

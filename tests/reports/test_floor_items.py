@@ -11,7 +11,8 @@ import pytest
 
 from conftest import load_builders
 from floorgap.stages._cli import run_stage
-from floorgap.stages.report import ITEMS, build_parser, main
+from floorgap.reports.registry import report_items
+from floorgap.stages.report import build_parser, main
 from floorgap.reports.floor_items import ORDER_SEP
 
 FLOOR_ITEMS = {
@@ -21,6 +22,7 @@ FLOOR_ITEMS = {
     "table3_floor_intervals": "table",
     "tableD1_concentration": "table",
 }
+ITEMS = report_items()
 FIG_SPEC = json.dumps({"width_in": 3.4, "height_in": 2.4, "font_size": 8, "dpi": 60})
 MACRO = re.compile(r"\\newcommand\{(\\fg[A-Za-z]+)\}\{(.*)\}")
 
@@ -100,7 +102,10 @@ def test_item_writes_its_files_and_macros(built, name):
 def test_values_fragments_concatenate_without_clashes(built, tmp_path):
     fragments = [str(v) for _, v in built.values()]
     out = tmp_path / "values.tex"
-    assert run_stage(main, build_parser(), ["values", "--out", str(out), *fragments]) == 0
+    from floorgap.stages import values as values_stage
+
+    assert run_stage(values_stage.main, values_stage.build_parser(),
+                     ["--out", str(out), *fragments]) == 0
     names = re.findall(r"\\newcommand\{(\\fg[A-Za-z]+)\}", out.read_text())
     assert len(names) == len(set(names))
     # the same fragment twice is an error

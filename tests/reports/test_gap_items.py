@@ -9,7 +9,10 @@ import pytest
 
 from conftest import load_builders
 from floorgap.stages._cli import run_stage
-from floorgap.stages.report import ITEMS, build_parser, main
+from floorgap.reports.registry import report_items
+from floorgap.stages.report import build_parser, main
+
+ITEMS = report_items()
 
 GAP_ITEMS = {
     "fig4_drafter_decomposition": "figure",
@@ -23,7 +26,9 @@ GAP_ITEMS = {
     "tableF5_single_slot": "table",
     "tableF6_sweeps": "table",
 }
-FIG_SPEC = json.dumps({"width_in": 3.4, "height_in": 2.4, "font_size": 8, "dpi": 60})
+ROLES = {"order0": "dflash", "order1": "dspark", "ours": "ours"}
+FIG_SPEC = json.dumps({"width_in": 3.4, "height_in": 2.4, "font_size": 8, "dpi": 60, "roles": ROLES})
+TABLE_SPEC = json.dumps({"roles": ROLES})
 MACRO = re.compile(r"\\newcommand\{(\\fg[A-Za-z]+)\}\{(.*)\}")
 
 
@@ -39,7 +44,8 @@ def summary_path(tmp_path_factory):
     root = tmp_path_factory.mktemp("gap_items")
     files = _builders().build(root, gamma=3, M=6, anchors_per_domain=3)
     out = root / "gaps" / "summary.parquet"
-    argv = ["--spec", json.dumps({"bootstrap": 50, "level": 0.95}),
+    argv = ["--spec", json.dumps({"bootstrap": 50, "level": 0.95,
+                                  "contrasts": [["ours", "dspark"]]}),
             "--anchor-slot", str(files["anchor_slot"][0]),
             "--paths", *map(str, files["paths"]), "--slots", *map(str, files["slots"]),
             "--out-summary", str(out), "--threads", "1"]
@@ -55,8 +61,7 @@ def test_item_writes_files_and_macros(name, summary_path, tmp_path):
     values = tmp_path / "values" / f"{name}.tex"
     argv = [name, "--summary", str(summary_path), "--out-dir", str(out_dir),
             "--out-values", str(values), "--threads", "1"]
-    if kind == "figure":
-        argv += ["--spec", FIG_SPEC]
+    argv += ["--spec", FIG_SPEC if kind == "figure" else TABLE_SPEC]
     assert run_stage(main, build_parser(), argv) == 0
     exts = ("pdf", "png") if kind == "figure" else ("tex", "csv")
     for ext in exts:
@@ -79,8 +84,7 @@ def test_macros_unique_across_items(summary_path, tmp_path):
         values = tmp_path / f"{name}.tex"
         argv = [name, "--summary", str(summary_path), "--out-dir", str(tmp_path / "o"),
                 "--out-values", str(values), "--threads", "1"]
-        if kind == "figure":
-            argv += ["--spec", FIG_SPEC]
+        argv += ["--spec", FIG_SPEC if kind == "figure" else TABLE_SPEC]
         assert run_stage(main, build_parser(), argv) == 0
         frags.append(values)
     concat_values(tmp_path / "values.tex", frags)

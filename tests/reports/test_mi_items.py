@@ -1,60 +1,25 @@
-"""Table 4 (MI locality) on synthetic MI records: files, values and the estimator wiring."""
+"""Table 4 (MI locality) on synthetic MI records: the files and values the item writes."""
 
 from __future__ import annotations
 
 import json
-import math
 import re
 
-import numpy as np
 import pandas as pd
 import pytest
-import torch
+from conftest import load_builders
 
-from floorgap.estimators.mi import recovery_fraction
-from floorgap.records import write_table as write_records
-from floorgap.reports.mi_items import ess_thresholds, mi_locality
-
-GAMMA = 7
-ORDERS = [1, 2, 4]
-MI_CFG = {"screen_paths": 8, "paths": 16, "threshold_nats": 0.05, "orders": ORDERS}
-
-
-def _records(domain: str, n_prompts: int, seed: int) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    rows = []
-    for p in range(n_prompts):
-        for t in range(2):
-            aid = f"{domain}:p{p}@{t}"
-            screen = float(rng.uniform(0.0, 1.0))
-            screened = screen > 0.05 and not (p == 0 and t == 1)
-            for k in range(1, GAMMA):
-                c_kk = float(rng.uniform(0.5, 2.0))
-                d = float(rng.uniform(0.1, 1.0))
-                for m in ORDERS:
-                    ok = screened and m < k
-                    rho = {1: 0.9, 2: 0.97, 4: 0.995}[m] + float(rng.normal(0, 0.02))
-                    rows.append({
-                        "anchor_id": aid, "prompt_id": f"{domain}:p{p}", "domain": domain,
-                        "pi": 0.5 if t else 0.25, "slot": k, "order": m, "token": 3,
-                        "c_k0": c_kk + d if screened else math.nan,
-                        "c_km": c_kk + d * (1 - rho) if ok else math.nan,
-                        "c_kk": c_kk if screened else math.nan,
-                        "ess": float(rng.uniform(1, 15)) if ok else math.nan,
-                        "screened": screened if p else (t == 0), "screen": screen})
-    return pd.DataFrame(rows)
+from floorgap.analysis.mi import load_records, summarise_locality
+from floorgap.reports.mi_items import (
+    mi_locality_latex,
+    mi_locality_macros,
+    table4_mi_locality,
+)
 
 
 @pytest.fixture()
 def record_files(tmp_path):
-    files = []
-    for i, dom in enumerate(["gsm8k", "alpaca"]):
-        path = tmp_path / "mi" / f"{dom}.parquet"
-        write_records(path, _records(dom, 4, i), {"target": "t", "mi": MI_CFG, "law": {},
-                                                  "gamma": GAMMA, "forward_batch": 4,
-                                                  "domain": dom})
-        files.append(path)
-    return files
+    return load_builders("mi_builders").write_record_files(tmp_path)
 
 
 def test_writes_table_and_values(record_files, tmp_path):
@@ -92,33 +57,21 @@ def test_writes_table_and_values(record_files, tmp_path):
     assert macros["\\fgMiEssGateHalfPathsRhoOrderOne"] == macros["\\fgMiEssGateEightRhoOrderOne"]
 
 
-def test_estimates_match_the_estimator(record_files, tmp_path):
-    from floorgap.reports.mi_items import load_records, records_to_arrays, table4_mi_locality
-
+def test_item_formats_the_analysis_summary(record_files, tmp_path):
     frame, meta = load_records(record_files)
-    arr = records_to_arrays(frame)
-    per = frame.drop_duplicates("anchor_id")
-    assert len(arr.prompts) == int(per.screened.sum())  # screened-out anchors are left out
-    csv, _, values = mi_locality(frame, meta, ess_gates=[8], n_boot=100, level=0.9)
+    summary = summarise_locality(frame, meta, ess_gates=[8], n_boot=100, level=0.9)
+    values = mi_locality_macros(summary)
     direct = tmp_path / "direct"
     assert table4_mi_locality({"b": record_files[1], "a": record_files[0]},
                               {"analysis": {"bootstrap": 100, "level": 0.9}, "ess_gates": [8]},
                               direct) == values
+    written = pd.read_csv(direct / "table4_mi_locality.csv")
+    pd.testing.assert_frame_equal(written, summary.table.reset_index(drop=True),
+                                  check_dtype=False)
+    latex = mi_locality_latex(summary)
+    assert list(latex.iloc[:, 0]) == ["2", "3", "4", "5", "6", "pooled",
+                                      "pooled, ESS $\\geq$ 8 ($M/2$)"]
     assert (direct / "table4_mi_locality.tex").is_file()
-    # rho_{3,1} by hand: ratio of Hajek sums over the screened anchors
-    kept = frame[frame.screened & (frame.slot == 3) & (frame.order == 1)]
-    num = ((kept.c_k0 - kept.c_km) / kept.pi).sum()
-    den = ((kept.c_k0 - kept.c_kk) / kept.pi).sum()
-    got = csv[(csv.section == "slot") & (csv.slot == 3) & (csv.order == 1)].rho.item()
-    assert got == pytest.approx(num / den, rel=1e-12)
-    # pooled over slots = ratio of summed numerators and denominators over the m < k cells
-    est = recovery_fraction(arr.n, arr.d, arr.pi, arr.mask)
-    pooled = csv[csv.section == "pooled"].set_index("order").rho
-    torch.testing.assert_close(torch.tensor(pooled.to_numpy()), est.pooled)
-    assert values["\\fgMiEligibleAnchors"] == str(len(arr.prompts))
-    assert values["\\fgMiAnchors"] == str(len(per))
-
-
-def test_ess_thresholds_dedupe_half_paths():
-    assert ess_thresholds([8, 32], 64) == [(8.0, ["8"]), (32.0, ["32", "HalfPaths"])]
-    assert ess_thresholds([2], 8) == [(2.0, ["2"]), (4.0, ["HalfPaths"])]
+    assert values["\\fgMiEligibleAnchors"] == str(summary.n_kept)
+    assert values["\\fgMiAnchors"] == str(frame.anchor_id.nunique())
+    assert values["\\fgMiLevel"] == "90\\%" and values["\\fgMiBootstrap"] == "100"

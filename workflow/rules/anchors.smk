@@ -5,7 +5,7 @@ rule anchors:
     output:
         "results/{target}/anchors/{domain}.parquet",
     params:
-        spec=anchors_spec,
+        spec=lambda w: as_json(W.anchors_spec(w.domain)),
     log:
         f"{LOGS}/anchors/{{target}}/{{domain}}.log",
     threads: 1
@@ -13,6 +13,7 @@ rule anchors:
         mem_mb=2000,
         runtime=10,
     conda:
-        "../../envs/floorgap.yaml"
+        CONDA_ENV
     shell:
-        "{PY}.anchors --spec {params.spec:q} --corpus {input.corpus} --out {output} --log {log} --threads {threads}"
+        "floorgap anchors --spec {params.spec:q} --corpus {input.corpus} --out {output}"
+        " --log {log} --threads {threads}"

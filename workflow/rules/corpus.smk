@@ -5,7 +5,7 @@ rule corpus:
     output:
         "results/{target}/corpus/{domain}.parquet",
     params:
-        spec=corpus_spec,
+        spec=lambda w: as_json(W.corpus_spec(w.target, w.domain)),
     log:
         f"{LOGS}/corpus/{{target}}/{{domain}}.log",
     threads: 1
@@ -13,6 +13,7 @@ rule corpus:
         mem_mb=8000,
         runtime=60,
     conda:
-        "../../envs/floorgap.yaml"
+        CONDA_ENV
     shell:
-        "{PY}.corpus --spec {params.spec:q} --model-dir {input.model} --out {output} --log {log} --threads {threads}"
+        "floorgap corpus --spec {params.spec:q} --model-dir {input.model} --out {output}"
+        " --log {log} --threads {threads}"

@@ -8,17 +8,17 @@ rule rollouts:
         paths="results/{target}/rollouts/{domain}/paths-{shard}.parquet",
         floors="results/{target}/rollouts/{domain}/floors-{shard}.parquet",
     params:
-        spec=rollouts_spec,
+        spec=lambda w: as_json(W.rollouts_spec(w.target, w.shard)),
     log:
         f"{LOGS}/rollouts/{{target}}/{{domain}}-{{shard}}.log",
     threads: 1
     resources:
         mem_mb=12000,
         runtime=120,
-        gpu=lambda w: gpus_for(w.target),
+        gpu=lambda w: W.gpus(w.target),
     conda:
-        "../../envs/floorgap.yaml"
+        CONDA_ENV
     shell:
-        "{PY}.rollouts --spec {params.spec:q} --model-dir {input.model} --corpus {input.corpus}"
+        "floorgap rollouts --spec {params.spec:q} --model-dir {input.model} --corpus {input.corpus}"
         " --anchors {input.anchors} --out-paths {output.paths} --out-floors {output.floors}"
         " --log {log} --threads {threads}"

@@ -49,7 +49,7 @@ from floorgap.estimators.concentration import (
 from floorgap.estimators.kmedian import tv_kmedian
 from floorgap.estimators.support import effective_support
 from floorgap.estimators.truncation import renormalised_dense, truncated_floor
-from floorgap.errors import RecordMismatch
+from floorgap.errors import RecordMismatch, StageError
 from floorgap.records import read_metadata, read_table
 from floorgap.seeds import derive_seed
 
@@ -323,18 +323,9 @@ def _path_arrays(rows: pd.DataFrame, gamma: int, M: int, source: dict[int, str],
     }, issues
 
 
-def load_records(anchors_files: Sequence[str | Path], paths_files: Sequence[str | Path],
-                 floors_files: Sequence[str | Path]) -> FloorRecords:
-    """Read and validate one target's anchors and rollouts records.
-
-    Raises :class:`RecordMismatch` (naming the files) when the anchors and the records do not
-    cover the same anchors or the record files disagree on the run (gamma, M, K, J, target).
-    Corrupt, duplicated or missing rows of anchors that are present are recorded as
-    :class:`Issue` s.
-    """
-    anchors_files = [Path(f) for f in anchors_files]
-    paths_files = [Path(f) for f in paths_files]
-    floors_files = [Path(f) for f in floors_files]
+def _check_file_lists(anchors_files: Sequence[Path], paths_files: Sequence[Path],
+                      floors_files: Sequence[Path]) -> None:
+    """Every kind of record is given, and no file is given twice."""
     if not anchors_files or not paths_files or not floors_files:
         raise RecordMismatch("need anchors, paths and floors files")
     for kind, files in (("anchors", anchors_files), ("paths", paths_files),
@@ -342,91 +333,99 @@ def load_records(anchors_files: Sequence[str | Path], paths_files: Sequence[str 
         repeated = sorted({str(f) for f in files if files.count(f) > 1})
         if repeated:
             raise RecordMismatch(f"{kind} files given more than once: {repeated}")
-    anchors, domains, anchors_gamma = _read_anchors(anchors_files)
-    facts = _run_facts(paths_files + floors_files)
-    gamma, M = int(facts["gamma"]), int(facts["paths"])
-    if anchors_gamma is not None and anchors_gamma != gamma:
-        raise RecordMismatch(f"anchors {[str(f) for f in anchors_files]} were drawn for "
-                             f"gamma={anchors_gamma}, the records {[str(f) for f in floors_files]}"
-                             f" hold gamma={gamma}")
 
-    floors = []
-    for f in floors_files:
-        df = read_table(f)
-        missing = [c for c in ["anchor_id", "slot", *FLOOR_VALUES] if c not in df]
-        if missing:
-            raise RecordMismatch(f"{f} lacks floor columns {missing}")
-        floors.append(df.assign(source=str(f)))
-    floors_df = pd.concat(floors, ignore_index=True)
-    paths = []
-    for f in paths_files:
-        df = read_table(f)
-        missing = [c for c in PATH_FIELDS if c not in df]
-        if missing:
-            raise RecordMismatch(f"{f} lacks path columns {missing}")
-        paths.append(df.assign(source=str(f)))
-    paths_df = pd.concat(paths, ignore_index=True)
 
+def _read_record_files(files: Sequence[Path], columns: Sequence[str], kind: str) -> pd.DataFrame:
+    """The rows of ``files`` concatenated, each tagged with its ``source`` file."""
+    frames = []
+    for f in files:
+        df = read_table(f)
+        missing = [c for c in columns if c not in df]
+        if missing:
+            raise RecordMismatch(f"{f} lacks {kind} columns {missing}")
+        frames.append(df.assign(source=str(f)))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _check_coverage(anchors: pd.DataFrame, kind: str, df: pd.DataFrame,
+                    files: Sequence[Path], anchors_files: Sequence[Path]) -> None:
+    """The ``kind`` records cover exactly the anchors, each anchor from a single file."""
     known = set(anchors["anchor_id"])
-    for kind, df, files in (("floor", floors_df, floors_files), ("path", paths_df, paths_files)):
-        stray = df[~df["anchor_id"].isin(known)]
-        if len(stray):
-            raise RecordMismatch(
-                f"{kind} records of anchors {sorted(stray['anchor_id'].unique())[:5]} in "
-                f"{sorted(stray['source'].unique())} are not in the anchors files "
-                f"{[str(f) for f in anchors_files]}")
-        # An anchor's records come from one shard file.
-        per_anchor = df.groupby("anchor_id")["source"].nunique()
-        split = per_anchor[per_anchor > 1].index.tolist()
-        if split:
-            srcs = sorted(df[df["anchor_id"].isin(split)]["source"].unique())
-            raise RecordMismatch(f"{kind} records of anchors {split[:5]} are spread over {srcs}")
-        absent = anchors[~anchors["anchor_id"].isin(set(df["anchor_id"]))]
-        if len(absent):
-            raise RecordMismatch(
-                f"anchors {absent['anchor_id'].tolist()[:5]} ({len(absent)} in all) of "
-                f"{sorted(absent['anchors_file'].unique())} have no {kind} records in "
-                f"{[str(f) for f in files]}")
+    stray = df[~df["anchor_id"].isin(known)]
+    if len(stray):
+        raise RecordMismatch(
+            f"{kind} records of anchors {sorted(stray['anchor_id'].unique())[:5]} in "
+            f"{sorted(stray['source'].unique())} are not in the anchors files "
+            f"{[str(f) for f in anchors_files]}")
+    # An anchor's records come from one shard file.
+    per_anchor = df.groupby("anchor_id")["source"].nunique()
+    split = per_anchor[per_anchor > 1].index.tolist()
+    if split:
+        srcs = sorted(df[df["anchor_id"].isin(split)]["source"].unique())
+        raise RecordMismatch(f"{kind} records of anchors {split[:5]} are spread over {srcs}")
+    absent = anchors[~anchors["anchor_id"].isin(set(df["anchor_id"]))]
+    if len(absent):
+        raise RecordMismatch(
+            f"anchors {absent['anchor_id'].tolist()[:5]} ({len(absent)} in all) of "
+            f"{sorted(absent['anchors_file'].unique())} have no {kind} records in "
+            f"{[str(f) for f in files]}")
 
-    issues: list[Issue] = []
-    reveal = int(facts["reveal_paths"] or 0)
+
+def _floor_rows_by_slot(anchor_id: str, rows: pd.DataFrame | None, gamma: int, reveal: int,
+                        issues: list[Issue]) -> dict[int, list]:
+    """An anchor's floor rows grouped by slot; a corrupt row counts as ``None`` (and an issue)."""
+    by_slot: dict[int, list] = {}
+    if rows is None:
+        return by_slot
+    for row in rows.itertuples(index=False):
+        problem = _floor_row_problem(row, gamma, reveal)
+        if problem is not None:
+            slot = int(row.slot) if isinstance(row.slot, (int, np.integer)) else -1
+            issues.append(Issue("floor_corrupt", anchor_id, slot, -1, row.source, problem))
+            by_slot.setdefault(slot, []).append(None)
+            continue
+        by_slot.setdefault(int(row.slot), []).append(row)
+    return by_slot
+
+
+def _floor_cell(anchor_id: str, k: int, entries: list, issues: list[Issue]) -> dict[str, Any]:
+    """The anchor x slot cell: its status and, when exactly one sound row exists, its values."""
+    values = {c: float("nan") for c in FLOOR_VALUES}
+    if not entries:
+        status = "floor_missing"
+        issues.append(Issue("floor_missing", anchor_id, k, -1, "",
+                            "no floor record of this slot"))
+    elif len(entries) > 1:
+        status = "floor_duplicate"
+        src = next((e.source for e in entries if e is not None), "")
+        issues.append(Issue("floor_duplicate", anchor_id, k, -1, src,
+                            f"{len(entries)} floor records of this slot"))
+    elif entries[0] is None:
+        status = "floor_corrupt"
+    else:
+        status = "ok"
+        values = {c: float(getattr(entries[0], c)) for c in FLOOR_VALUES}
+    return {"anchor_id": anchor_id, "slot": k, "status": status, **values}
+
+
+def _floor_cells(anchors: pd.DataFrame, floors_df: pd.DataFrame, gamma: int, reveal: int,
+                 issues: list[Issue]) -> pd.DataFrame:
+    """One row per anchor x slot ``k < gamma`` with its status and floor values."""
     cell_rows = []
     floors_by_anchor = dict(tuple(floors_df.groupby("anchor_id", sort=False)))
     for a in anchors.itertuples(index=False):
-        rows = floors_by_anchor.get(a.anchor_id)
-        by_slot: dict[int, list] = {}
-        if rows is not None:
-            for row in rows.itertuples(index=False):
-                problem = _floor_row_problem(row, gamma, reveal)
-                if problem is not None:
-                    slot = int(row.slot) if isinstance(row.slot, (int, np.integer)) else -1
-                    issues.append(Issue("floor_corrupt", a.anchor_id, slot, -1, row.source,
-                                        problem))
-                    by_slot.setdefault(slot, []).append(None)
-                    continue
-                by_slot.setdefault(int(row.slot), []).append(row)
+        by_slot = _floor_rows_by_slot(a.anchor_id, floors_by_anchor.get(a.anchor_id), gamma,
+                                      reveal, issues)
         for k in range(gamma):
-            entries = by_slot.get(k, [])
-            values = {c: float("nan") for c in FLOOR_VALUES}
-            if not entries:
-                status = "floor_missing"
-                issues.append(Issue("floor_missing", a.anchor_id, k, -1, "",
-                                    "no floor record of this slot"))
-            elif len(entries) > 1:
-                status = "floor_duplicate"
-                src = next((e.source for e in entries if e is not None), "")
-                issues.append(Issue("floor_duplicate", a.anchor_id, k, -1, src,
-                                    f"{len(entries)} floor records of this slot"))
-            elif entries[0] is None:
-                status = "floor_corrupt"
-            else:
-                status = "ok"
-                values = {c: float(getattr(entries[0], c)) for c in FLOOR_VALUES}
-            cell_rows.append({"anchor_id": a.anchor_id, "slot": k, "status": status, **values})
-    cells = pd.DataFrame(cell_rows)
+            cell_rows.append(_floor_cell(a.anchor_id, k, by_slot.get(k, []), issues))
+    return pd.DataFrame(cell_rows)
 
+
+def _anchor_path_arrays(anchors: pd.DataFrame, paths_df: pd.DataFrame, gamma: int, M: int,
+                        top_k: int, issues: list[Issue]
+                        ) -> tuple[dict[str, dict[str, np.ndarray] | None], int]:
+    """Each anchor's path arrays (``None`` when unusable) and the stored top-K width."""
     path_arrays: dict[str, dict[str, np.ndarray] | None] = {}
-    top_k = int(facts["store_top_k"] or 0)
     paths_by_anchor = dict(tuple(paths_df.groupby("anchor_id", sort=False)))
     for aid in anchors["anchor_id"]:
         rows = paths_by_anchor.get(aid)
@@ -440,17 +439,54 @@ def load_records(anchors_files: Sequence[str | Path], paths_files: Sequence[str 
         issues += found
         if arrays is not None:
             top_k = arrays["topk_ids"].shape[-1]
+    return path_arrays, top_k
+
+
+def _sort_by_domain(anchors: pd.DataFrame, domains: Sequence[str]) -> pd.DataFrame:
+    """Anchors in the domains' order, then by id."""
+    order = {d: i for i, d in enumerate(domains)}
+    return (anchors.assign(_d=anchors["domain"].map(order))
+            .sort_values(["_d", "anchor_id"], kind="stable").drop(columns="_d")
+            .reset_index(drop=True))
+
+
+def load_records(anchors_files: Sequence[str | Path], paths_files: Sequence[str | Path],
+                 floors_files: Sequence[str | Path]) -> FloorRecords:
+    """Read and validate one target's anchors and rollouts records.
+
+    Raises :class:`RecordMismatch` (naming the files) when the anchors and the records do not
+    cover the same anchors or the record files disagree on the run (gamma, M, K, J, target).
+    Corrupt, duplicated or missing rows of anchors that are present are recorded as
+    :class:`Issue` s.
+    """
+    anchors_files = [Path(f) for f in anchors_files]
+    paths_files = [Path(f) for f in paths_files]
+    floors_files = [Path(f) for f in floors_files]
+    _check_file_lists(anchors_files, paths_files, floors_files)
+    anchors, domains, anchors_gamma = _read_anchors(anchors_files)
+    facts = _run_facts(paths_files + floors_files)
+    gamma, M = int(facts["gamma"]), int(facts["paths"])
+    if anchors_gamma is not None and anchors_gamma != gamma:
+        raise RecordMismatch(f"anchors {[str(f) for f in anchors_files]} were drawn for "
+                             f"gamma={anchors_gamma}, the records {[str(f) for f in floors_files]}"
+                             f" hold gamma={gamma}")
+    floors_df = _read_record_files(floors_files, ["anchor_id", "slot", *FLOOR_VALUES], "floor")
+    paths_df = _read_record_files(paths_files, PATH_FIELDS, "path")
+    _check_coverage(anchors, "floor", floors_df, floors_files, anchors_files)
+    _check_coverage(anchors, "path", paths_df, paths_files, anchors_files)
+
+    issues: list[Issue] = []
+    reveal = int(facts["reveal_paths"] or 0)
+    cells = _floor_cells(anchors, floors_df, gamma, reveal, issues)
+    path_arrays, top_k = _anchor_path_arrays(anchors, paths_df, gamma, M,
+                                             int(facts["store_top_k"] or 0), issues)
     for issue in issues:
         log.warning("record problem: %s anchor %s slot %d path %d in %s: %s", issue.kind,
                     issue.anchor_id, issue.slot, issue.path, issue.source or "-", issue.detail)
-
-    order = {d: i for i, d in enumerate(domains)}
-    anchors = (anchors.assign(_d=anchors["domain"].map(order))
-               .sort_values(["_d", "anchor_id"], kind="stable").drop(columns="_d")
-               .reset_index(drop=True))
-    return FloorRecords(anchors=anchors, cells=cells, paths=path_arrays, gamma=gamma,
-                        paths_per_anchor=M, top_k=top_k, reveal_paths=reveal,
-                        target=facts.get("target"), domains=domains, issues=issues)
+    return FloorRecords(anchors=_sort_by_domain(anchors, domains), cells=cells,
+                        paths=path_arrays, gamma=gamma, paths_per_anchor=M, top_k=top_k,
+                        reveal_paths=reveal, target=facts.get("target"), domains=domains,
+                        issues=issues)
 
 
 # -- per anchor x slot values -------------------------------------------------------------------
@@ -892,6 +928,31 @@ def summarise(table: pd.DataFrame, records: FloorRecords, *, n_boot: int, level:
             _kmedian_block(rows, s, ks)
     out = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     return out
+
+
+def check_anchor_slot_table(table: pd.DataFrame, kmedian_k: Sequence[int]) -> None:
+    """Consistency of the anchor x slot values: the K-median objective at K = 1 is the top-K
+    floor T~ (else :class:`StageError`); a stored N_eff that differs from the current
+    estimator on the same tokens is logged (the summary uses the current one)."""
+    if 1 in kmedian_k:
+        diff = (table["kmedian_objective_k1"] - table["t0_topk"]).abs().max()
+        if diff > 1e-9:
+            raise StageError(f"K-median at K=1 differs from the top-K floor by {diff:.3g}")
+    mism = (table["n_eff"] - table["n_eff_probe"]).abs() > 1e-6 * table["n_eff"].abs()
+    if mism.any():
+        log.warning("%d cells: the probe's stored N_eff differs from the current estimator "
+                    "on the same tokens (e.g. %s slot %d: %.3f vs %.3f); the summary uses "
+                    "the current estimator", int(mism.sum()),
+                    table.loc[mism, "anchor_id"].iloc[0], table.loc[mism, "slot"].iloc[0],
+                    table.loc[mism, "n_eff_probe"].iloc[0], table.loc[mism, "n_eff"].iloc[0])
+
+
+def log_record_problems(summary: pd.DataFrame) -> None:
+    """Warn about the corrupt and missing records counted in the summary (all domains)."""
+    for stat in ("records_corrupt", "records_missing"):
+        row = summary[(summary["statistic"] == stat) & (summary["domain"] == "all")]
+        if len(row) and row["estimate"].iloc[0] > 0:
+            log.warning("%s: %d (%s)", stat, int(row["estimate"].iloc[0]), row["note"].iloc[0])
 
 
 def _issue_note(issues: Sequence[Issue]) -> str:

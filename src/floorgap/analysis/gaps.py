@@ -18,7 +18,7 @@ exposure). The statistics (paper Secs. 3.3, 3.5, 4, App. E, F.1-F.6, H.5):
   ``sweep_backward`` (gamma-1 -> 0), ``sweep_isolated_sum`` (sum of the isolated gains on the
   same split), ``sweep_forward_minus_isolated`` / ``sweep_backward_minus_isolated`` and
   ``sweep_forward_ratio`` / ``sweep_backward_ratio`` (sweep over isolated sum);
-* contrasts (variant ``"<a>-<b>"``, default ours - dspark) on the anchors both evaluated:
+* contrasts (variant ``"<a>-<b>"``, e.g. ours - the order-1 baseline) on the anchors both evaluated:
   ``diff_T1``, ``diff_R_oracle``, ``diff_R_self``, ``diff_G1``, ``diff_exposure`` per slot and
   ``gap_reduction`` = (G1_b - G1_a) / G1_b (per slot; the last slot is the paper's number);
   ``diff_tau`` (every pair, any order): the paired difference of accepted lengths.
@@ -75,7 +75,6 @@ PATH_FIELDS = ["anchor_id", "path", "slot", "committed_token", "token", "p_tok",
 SLOT_FIELDS = ["anchor_id", "slot", "order", "risk", "risk_oracle", "risk_self", "exposure"]
 FLOOR_FIELDS = ["anchor_id", "prompt_id", "domain", "pi", "slot", "t0", "t1_reweighted"]
 #: Contrast pairs (a, b) reported as a - b when both variants are present.
-DEFAULT_CONTRASTS = (("ours", "dspark"),)
 
 NOTES = {
     "R": "R_k = E[TV(p_k, q_k)] (order 0)",
@@ -383,7 +382,7 @@ def _contrast_block(rows: list[dict], va: VariantRecords, vb: VariantRecords, re
 
 
 def summarise(rec: GapRecords, *, n_boot: int, level: float, seed: int = DEFAULT_BOOT_SEED,
-              contrasts: Sequence[Sequence[str]] = DEFAULT_CONTRASTS,
+              contrasts: Sequence[Sequence[str]] = (),
               sweeps: bool = True) -> pd.DataFrame:
     """The long-format summary (``SUMMARY_COLUMNS``) over "all" and every domain."""
     rows: list[dict] = []

@@ -28,6 +28,7 @@ import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -35,6 +36,7 @@ import pyarrow as pa
 import torch
 
 from floorgap.errors import StageError
+from floorgap.records import read_metadata, read_table, sha256_file
 from floorgap.seeds import derive_seed, generator_for
 
 log = logging.getLogger("floorgap.anchors")
@@ -133,15 +135,17 @@ class AnchorResult:
     metadata: dict[str, Any]
 
 
-def sample_anchors(corpus: pd.DataFrame, *, domain: str, per_domain: int, gamma: int,
-                   context_buckets: Sequence[int], seed: int,
-                   special_ids: Iterable[int]) -> AnchorResult:
-    """Draw the stratified anchor sample of one domain from its corpus records."""
-    edges = [int(e) for e in context_buckets]
-    if edges != sorted(set(edges)):
-        raise StageError(f"context_buckets must be strictly increasing, got {edges}")
-    labels = bucket_labels(edges)
-    special = set(int(s) for s in special_ids)
+@dataclass
+class _Candidates:
+    """Eligible positions of a corpus grouped by stratum (``bucket|third``)."""
+    by_stratum: dict[str, list[tuple[str, int]]]
+    rows_by_prompt: dict[str, Any]
+    n_with_eligible: int
+
+
+def _eligible_candidates(corpus: pd.DataFrame, *, gamma: int, edges: Sequence[int],
+                         labels: Sequence[str], special: set[int]) -> _Candidates:
+    """Every eligible ``(prompt_id, t)`` of the corpus, keyed by its stratum."""
     candidates: dict[str, list[tuple[str, int]]] = {}
     rows_by_prompt: dict[str, Any] = {}
     n_with_eligible = 0
@@ -158,14 +162,39 @@ def sample_anchors(corpus: pd.DataFrame, *, domain: str, per_domain: int, gamma:
             b = bucket_index(ctx, edges)
             key = f"{labels[b]}|{third_of(t, n)}"
             candidates.setdefault(key, []).append((row.prompt_id, t))
-    order = {f"{lab}|{th}": (i, j) for i, lab in enumerate(labels) for j, th in enumerate(THIRDS)}
-    strata = sorted(candidates, key=order.__getitem__)
-    sizes = {s: len(candidates[s]) for s in strata}
-    total = sum(sizes.values())
-    if total == 0:
-        raise StageError(f"{domain}: no eligible anchor position (gamma={gamma}) in "
-                         f"{len(corpus)} responses")
-    alloc = allocate(sizes, per_domain)
+    return _Candidates(candidates, rows_by_prompt, n_with_eligible)
+
+
+def _draw_stratum(cands: _Candidates, s: str, n_s: int, *, seed: int, domain: str,
+                  gamma: int) -> list[dict[str, Any]]:
+    """The ``n_s`` anchor rows of stratum ``s``: a simple random sample without replacement of
+    its sorted pool, from the stratum's own generator (so strata never share draws)."""
+    big_n = len(cands.by_stratum[s])
+    pool = sorted(cands.by_stratum[s])
+    gen = generator_for(derive_seed(seed, "anchors", domain, s))
+    picks = torch.randperm(big_n, generator=gen)[:n_s].tolist()
+    bucket, third = s.split("|")
+    out = []
+    for k in picks:
+        pid, t = pool[k]
+        row, response = cands.rows_by_prompt[pid]
+        anchor_id = f"{pid}@{t}"
+        out.append({
+            "anchor_id": anchor_id, "prompt_id": pid, "domain": row.domain,
+            "stand_in_for": optional_str(row.stand_in_for), "t": t,
+            "n_prompt_tokens": int(row.n_prompt_tokens), "n_response_tokens": len(response),
+            "context_len": int(row.n_prompt_tokens) + t, "bucket": bucket, "third": third,
+            "stratum": s, "N_s": big_n, "n_s": n_s, "pi": n_s / big_n,
+            "anchor_seed": derive_seed(seed, "anchor", anchor_id),
+            "committed_token": response[t - 1], "block_tokens": response[t:t + gamma],
+            "response_censored": bool(row.censored),
+        })
+    return out
+
+
+def _log_allocation_warnings(domain: str, *, total: int, per_domain: int, strata: list[str],
+                             alloc: dict[str, int]) -> tuple[int, list[str]]:
+    """The shortfall and the non-empty strata left unsampled, each logged as a warning."""
     shortfall = max(0, per_domain - total)
     if shortfall:
         log.warning("%s: only %d eligible positions for %d anchors: all are taken (pi = 1)",
@@ -174,30 +203,34 @@ def sample_anchors(corpus: pd.DataFrame, *, domain: str, per_domain: int, gamma:
     if empty_sampled:
         log.warning("%s: %d non-empty strata receive no anchor (per_domain %d < %d strata)",
                     domain, len(empty_sampled), per_domain, len(strata))
+    return shortfall, empty_sampled
 
+
+def sample_anchors(corpus: pd.DataFrame, *, domain: str, per_domain: int, gamma: int,
+                   context_buckets: Sequence[int], seed: int,
+                   special_ids: Iterable[int]) -> AnchorResult:
+    """Draw the stratified anchor sample of one domain from its corpus records."""
+    edges = [int(e) for e in context_buckets]
+    if edges != sorted(set(edges)):
+        raise StageError(f"context_buckets must be strictly increasing, got {edges}")
+    labels = bucket_labels(edges)
+    special = set(int(s) for s in special_ids)
+    cands = _eligible_candidates(corpus, gamma=gamma, edges=edges, labels=labels,
+                                 special=special)
+    order = {f"{lab}|{th}": (i, j) for i, lab in enumerate(labels) for j, th in enumerate(THIRDS)}
+    strata = sorted(cands.by_stratum, key=order.__getitem__)
+    sizes = {s: len(cands.by_stratum[s]) for s in strata}
+    total = sum(sizes.values())
+    if total == 0:
+        raise StageError(f"{domain}: no eligible anchor position (gamma={gamma}) in "
+                         f"{len(corpus)} responses")
+    alloc = allocate(sizes, per_domain)
+    shortfall, empty_sampled = _log_allocation_warnings(domain, total=total, per_domain=per_domain,
+                                                        strata=strata, alloc=alloc)
     out = []
     for s in strata:
-        n_s, big_n = alloc.get(s, 0), sizes[s]
-        if n_s == 0:
-            continue
-        pool = sorted(candidates[s])
-        gen = generator_for(derive_seed(seed, "anchors", domain, s))
-        picks = torch.randperm(big_n, generator=gen)[:n_s].tolist()
-        bucket, third = s.split("|")
-        for k in picks:
-            pid, t = pool[k]
-            row, response = rows_by_prompt[pid]
-            anchor_id = f"{pid}@{t}"
-            out.append({
-                "anchor_id": anchor_id, "prompt_id": pid, "domain": row.domain,
-                "stand_in_for": optional_str(row.stand_in_for), "t": t,
-                "n_prompt_tokens": int(row.n_prompt_tokens), "n_response_tokens": len(response),
-                "context_len": int(row.n_prompt_tokens) + t, "bucket": bucket, "third": third,
-                "stratum": s, "N_s": big_n, "n_s": n_s, "pi": n_s / big_n,
-                "anchor_seed": derive_seed(seed, "anchor", anchor_id),
-                "committed_token": response[t - 1], "block_tokens": response[t:t + gamma],
-                "response_censored": bool(row.censored),
-            })
+        if alloc.get(s, 0):
+            out.extend(_draw_stratum(cands, s, alloc[s], seed=seed, domain=domain, gamma=gamma))
     out.sort(key=lambda a: (a["prompt_id"], a["t"]))
     table = pa.Table.from_pylist(out, schema=ANCHOR_SCHEMA)
     metadata = {
@@ -211,13 +244,39 @@ def sample_anchors(corpus: pd.DataFrame, *, domain: str, per_domain: int, gamma:
         "special_token_ids": sorted(special),
         "strata": [{"stratum": s, "N_s": sizes[s], "n_s": alloc.get(s, 0),
                     "pi": alloc.get(s, 0) / sizes[s]} for s in strata],
-        "counts": {"responses": len(corpus), "responses_with_eligible": n_with_eligible,
+        "counts": {"responses": len(corpus), "responses_with_eligible": cands.n_with_eligible,
                    "eligible": total, "anchors": len(out), "prompts": len({a["prompt_id"]
                                                                           for a in out}),
                    "strata_nonempty": len(strata), "strata_sampled": len(strata) -
                    len(empty_sampled), "shortfall": shortfall},
     }
     return AnchorResult(table, metadata)
+
+
+def anchors_from_corpus_file(corpus_path: Path, spec: dict[str, Any]) -> AnchorResult:
+    """Read a corpus record, check it belongs to ``spec["domain"]`` and draw its anchors; the
+    metadata also records the corpus file (path, hash, counts) and its target and law."""
+    cfg = spec["anchors"]
+    corpus = read_table(corpus_path)
+    corpus_meta = read_metadata(corpus_path)
+    special = corpus_meta.get("special_token_ids", corpus_meta.get("all_special_ids"))
+    if special is None:
+        raise StageError(f"{corpus_path} records no special token ids; regenerate the corpus")
+    if corpus_meta.get("domain") not in (None, spec["domain"]):
+        raise StageError(f"{corpus_path} holds domain {corpus_meta.get('domain')!r}, "
+                         f"not {spec['domain']!r}")
+    result = sample_anchors(corpus, domain=spec["domain"], per_domain=int(cfg["per_domain"]),
+                            gamma=int(cfg["gamma"]), context_buckets=cfg["context_buckets"],
+                            seed=int(spec["seed"]), special_ids=special)
+    meta = result.metadata | {
+        "corpus": {"path": str(corpus_path), "sha256": sha256_file(corpus_path),
+                   "counts": corpus_meta.get("counts")},
+        "stand_in_for": corpus_meta.get("stand_in_for"),
+        "provenance": corpus_meta.get("provenance"),
+        "target": corpus_meta.get("target"),
+        "law": corpus_meta.get("law"),
+    }
+    return AnchorResult(result.table, meta)
 
 
 def anchor_contexts(corpus: pd.DataFrame, anchors: pd.DataFrame) -> list[list[int]]:
@@ -231,6 +290,13 @@ def anchor_contexts(corpus: pd.DataFrame, anchors: pd.DataFrame) -> list[list[in
             raise ValueError(f"{a.anchor_id}: context length mismatch")
         contexts.append(ctx)
     return contexts
+
+
+def check_anchors_gamma(anchors_path: Path, anchor_meta: Mapping[str, Any], gamma: int) -> None:
+    """Raise :class:`StageError` when the anchors file was drawn for another block length."""
+    if int(anchor_meta.get("gamma", gamma)) != gamma:
+        raise StageError(f"{anchors_path} was drawn for gamma={anchor_meta.get('gamma')}, "
+                         f"not {gamma}; rebuild the anchors")
 
 
 def shard_rows(anchors: pd.DataFrame, shard: int, shards: int) -> pd.DataFrame:

@@ -150,23 +150,27 @@ class CorpusResult:
     metadata: dict[str, Any]
 
 
-def build_corpus(spec: dict[str, Any], model: Any, tokenizer: Any,
-                 model_info: dict[str, Any] | None = None) -> CorpusResult:
-    """Select the domain's prompts and let the target answer each; no file is written here.
+@dataclass
+class _Selection:
+    """The selected prompts of one domain and their chat-formatted token ids."""
+    domain: Any
+    selection: Any
+    formatted: dict[str, list[int]]
 
-    ``spec`` is the corpus stage spec (``target``, ``domain``, ``corpus``, ``law``, ``seed``).
-    Raises :class:`StageError` when the censored share exceeds ``censored_share_max``.
-    """
-    from floorgap.models.targets import chat_prompt_ids, eos_token_ids, special_token_ids
+    @property
+    def prompts(self) -> list[Prompt]:
+        return self.selection.selected
+
+
+def _select_domain_prompts(spec: dict[str, Any], tokenizer: Any) -> _Selection:
+    """Load the domain and select its prompts, formatting each one on the way (the selection
+    filters on the formatted length)."""
+    from floorgap.models.targets import chat_prompt_ids
 
     target, dom, cfg = spec["target"], spec["domain"], spec["corpus"]
     seed = int(spec["seed"])
-    law = SamplingLaw.from_spec(spec.get("law", {}))
     use_template = bool(target.get("chat_template", True))
     thinking = bool(target.get("enable_thinking", False))
-    max_new = int(cfg["max_new_tokens"])
-    batch_size = int(cfg["batch_size"])
-
     domain = load_domain(dom["name"], seed, source=dom.get("source"),
                          text_field=dom.get("text_field"))
     formatted: dict[str, list[int]] = {}
@@ -179,19 +183,23 @@ def build_corpus(spec: dict[str, Any], model: Any, tokenizer: Any,
     selection = select_prompts(domain.prompts, int(dom["prompts"]), seed,
                                count_tokens=count_tokens,
                                max_prompt_tokens=int(cfg["max_prompt_tokens"]))
-    prompts = selection.selected
     log.info("%s: selected %d of %d prompts (%d over %d tokens skipped)", domain.domain,
-             len(prompts), len(domain.prompts), len(selection.filtered_long),
+             len(selection.selected), len(domain.prompts), len(selection.filtered_long),
              cfg["max_prompt_tokens"])
+    return _Selection(domain, selection, formatted)
 
-    eos_ids = eos_token_ids(tokenizer, getattr(model, "generation_config", None))
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
+
+def _generate_responses(model: Any, chosen: _Selection, *, law: SamplingLaw, max_new: int,
+                        batch_size: int, eos_ids: list[int],
+                        pad_id: int) -> dict[int, Response]:
+    """One response per selected prompt, keyed by selection rank."""
+    prompts, formatted, name = chosen.prompts, chosen.formatted, chosen.domain.domain
     # Batch prompts of similar length together (less padding); results do not depend on it.
     order = sorted(range(len(prompts)), key=lambda i: (len(formatted[prompts[i].prompt_id]), i))
     responses: dict[int, Response] = {}
     batches = list(iter_batches(order, batch_size))
     timings = []
-    with progress(total=len(prompts), desc=f"corpus {domain.domain}", unit="prompt") as bar:
+    with progress(total=len(prompts), desc=f"corpus {name}", unit="prompt") as bar:
         for b, idx in enumerate(batches):
             timer = Timer()
             batch_ids = [formatted[prompts[i].prompt_id] for i in idx]
@@ -205,22 +213,34 @@ def build_corpus(spec: dict[str, Any], model: Any, tokenizer: Any,
                      max(len(x) for x in batch_ids), n_new, sum(r.censored for r in out),
                      timer.seconds, n_new / max(timer.seconds, 1e-9))
             bar.update(len(idx))
+    log.info("%s: generation took %.1f s in %d batches", name, sum(timings), len(batches))
+    return responses
 
+
+def _censoring_counts(chosen: _Selection, responses: dict[int, Response],
+                      cfg: dict[str, Any]) -> dict[str, Any]:
+    """The selection and censoring counts; raises :class:`StageError` when the censored share
+    exceeds ``censored_share_max``."""
+    name, n_prompts, max_new = chosen.domain.domain, len(chosen.prompts), int(cfg["max_new_tokens"])
     n_censored = sum(r.censored for r in responses.values())
-    share = n_censored / len(prompts)
-    counts = {**selection.summary(), "censored": n_censored, "censored_share": share,
+    share = n_censored / n_prompts
+    counts = {**chosen.selection.summary(), "censored": n_censored, "censored_share": share,
               "response_tokens": sum(len(r.token_ids) for r in responses.values())}
-    log.info("%s: generation took %.1f s in %d batches", domain.domain, sum(timings), len(batches))
     log.info("%s: %d of %d responses censored at %d tokens (share %.3f, gate %.3f)",
-             domain.domain, n_censored, len(prompts), max_new, share, cfg["censored_share_max"])
+             name, n_censored, n_prompts, max_new, share, cfg["censored_share_max"])
     if share > float(cfg["censored_share_max"]):
-        raise StageError(f"{domain.domain}: {n_censored} of {len(prompts)} responses hit "
+        raise StageError(f"{name}: {n_censored} of {n_prompts} responses hit "
                          f"max_new_tokens={max_new} without EOS (share {share:.3f} > "
                          f"censored_share_max {cfg['censored_share_max']}); raise "
                          f"corpus.max_new_tokens or the gate")
+    return counts
 
+
+def _corpus_table(chosen: _Selection, responses: dict[int, Response], tokenizer: Any) -> pa.Table:
+    """The corpus rows, in selection order."""
     rows = []
-    for rank, p in enumerate(prompts):
+    formatted = chosen.formatted
+    for rank, p in enumerate(chosen.prompts):
         r = responses[rank]
         rows.append({
             "prompt_id": p.prompt_id, "domain": p.domain, "stand_in_for": p.stand_in_for,
@@ -231,21 +251,30 @@ def build_corpus(spec: dict[str, Any], model: Any, tokenizer: Any,
             "censored": r.censored,
             "response_text": tokenizer.decode(r.token_ids, skip_special_tokens=False),
         })
-    table = pa.Table.from_pylist(rows, schema=CORPUS_SCHEMA)
-    info = model_info or {}
-    metadata = {
+    return pa.Table.from_pylist(rows, schema=CORPUS_SCHEMA)
+
+
+def _corpus_metadata(spec: dict[str, Any], domain: Any, law: SamplingLaw, tokenizer: Any,
+                     info: dict[str, Any], eos_ids: list[int], pad_id: int,
+                     counts: dict[str, Any]) -> dict[str, Any]:
+    """The corpus record's metadata (target, law, special tokens, counts)."""
+    from floorgap.models.targets import special_token_ids
+
+    target = spec["target"]
+    return {
         "stage": "corpus",
         "domain": domain.domain,
         "stand_in_for": domain.stand_in_for,
         "provenance": domain.provenance,
         "target": {"name": target.get("name"), "dtype": target.get("dtype"),
-                   "device": target.get("device"), "chat_template": use_template,
-                   "enable_thinking": thinking,
+                   "device": target.get("device"),
+                   "chat_template": bool(target.get("chat_template", True)),
+                   "enable_thinking": bool(target.get("enable_thinking", False)),
                    "model": {k: info.get(k) for k in ("source_kind", "source", "architecture",
                                                       "parameters", "vocab_size", "dtype")}},
         "law": asdict(law),
-        "corpus": dict(cfg),
-        "seed": seed,
+        "corpus": dict(spec["corpus"]),
+        "seed": int(spec["seed"]),
         "special_token_ids": special_token_ids(tokenizer),
         "all_special_ids": sorted(int(i) for i in tokenizer.all_special_ids),
         "eos_token_ids": eos_ids,
@@ -253,4 +282,27 @@ def build_corpus(spec: dict[str, Any], model: Any, tokenizer: Any,
         "eos_in_response": True,
         "counts": counts,
     }
+
+
+def build_corpus(spec: dict[str, Any], model: Any, tokenizer: Any,
+                 model_info: dict[str, Any] | None = None) -> CorpusResult:
+    """Select the domain's prompts and let the target answer each; no file is written here.
+
+    ``spec`` is the corpus stage spec (``target``, ``domain``, ``corpus``, ``law``, ``seed``).
+    Raises :class:`StageError` when the censored share exceeds ``censored_share_max``.
+    """
+    from floorgap.models.targets import eos_token_ids
+
+    cfg = spec["corpus"]
+    law = SamplingLaw.from_spec(spec.get("law", {}))
+    chosen = _select_domain_prompts(spec, tokenizer)
+    eos_ids = eos_token_ids(tokenizer, getattr(model, "generation_config", None))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
+    responses = _generate_responses(model, chosen, law=law, max_new=int(cfg["max_new_tokens"]),
+                                    batch_size=int(cfg["batch_size"]), eos_ids=eos_ids,
+                                    pad_id=pad_id)
+    counts = _censoring_counts(chosen, responses, cfg)
+    table = _corpus_table(chosen, responses, tokenizer)
+    metadata = _corpus_metadata(spec, chosen.domain, law, tokenizer, model_info or {}, eos_ids,
+                                pad_id, counts)
     return CorpusResult(table, metadata)

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -95,6 +95,193 @@ def block_targets(model: Any, sequence: Sequence[int], starts: Sequence[int], ga
             vals.view(n, gamma, -1).to("cpu", torch.float32))
 
 
+@dataclass(frozen=True)
+class _Settings:
+    """The settings of one build, read once from the spec, the tokenizer and the model."""
+
+    seed: int
+    gamma: int
+    law: SamplingLaw
+    use_template: bool
+    thinking: bool
+    n_prompts: int
+    per_response: int
+    top_k: int
+    max_new: int
+    batch_size: int
+    max_prompt_tokens: int
+    eos_ids: list[int]
+    pad_id: int
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any], model: Any, tokenizer: Any) -> _Settings:
+        from floorgap.models.targets import eos_token_ids
+
+        target, cfg = spec["target"], spec["training_data"]
+        eos_ids = eos_token_ids(tokenizer, getattr(model, "generation_config", None))
+        return cls(seed=int(spec["seed"]), gamma=int(spec["gamma"]),
+                   law=SamplingLaw.from_spec(cfg["law"]),
+                   use_template=bool(target.get("chat_template", True)),
+                   thinking=bool(target.get("enable_thinking", False)),
+                   n_prompts=int(cfg["prompts_per_domain"]),
+                   per_response=int(cfg["blocks_per_response"]),
+                   top_k=int(cfg["top_k_targets"]), max_new=int(cfg["max_new_tokens"]),
+                   batch_size=int(spec["corpus"]["batch_size"]),
+                   max_prompt_tokens=int(spec["corpus"]["max_prompt_tokens"]), eos_ids=eos_ids,
+                   pad_id=(tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+                           else eos_ids[0]))
+
+
+@dataclass
+class _Record:
+    """The record being built, sequence by sequence: the token stream with its offsets and
+    per-sequence prompt lengths, ids and domains, and per block its sequence, context length,
+    committed token, block tokens and top-K targets; plus the seconds spent generating
+    responses and computing targets."""
+
+    tokens: list[int] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=lambda: [0])
+    prompt_lens: list[int] = field(default_factory=list)
+    prompt_ids: list[str] = field(default_factory=list)
+    domains: list[str] = field(default_factory=list)
+    block_seq: list[int] = field(default_factory=list)
+    context_len: list[int] = field(default_factory=list)
+    committed: list[int] = field(default_factory=list)
+    block_tokens: list[list[int]] = field(default_factory=list)
+    target_ids: list[torch.Tensor] = field(default_factory=list)
+    target_vals: list[torch.Tensor] = field(default_factory=list)
+    gen_seconds: float = 0.0
+    fwd_seconds: float = 0.0
+
+    def add_sequence(self, prompt: list[int], response: list[int], prompt_id: str, domain: str,
+                     contexts: list[int], gamma: int, ids: torch.Tensor, vals: torch.Tensor
+                     ) -> None:
+        """Append sequence ``prompt + response`` and its blocks at context lengths
+        ``contexts`` with their targets ``ids``/``vals`` [n, G, K]."""
+        seq = prompt + response
+        s = len(self.prompt_lens)
+        self.tokens += seq
+        self.offsets.append(len(self.tokens))
+        self.prompt_lens.append(len(prompt))
+        self.prompt_ids.append(prompt_id)
+        self.domains.append(domain)
+        for c in contexts:
+            self.block_seq.append(s)
+            self.context_len.append(c)
+            self.committed.append(seq[c - 1])
+            self.block_tokens.append(seq[c:c + gamma])
+        self.target_ids.append(ids)
+        self.target_vals.append(vals)
+
+    def tensors(self) -> dict[str, Any]:
+        """The record's data entries (module docstring), in the order they are saved."""
+        return {
+            "tokens": torch.tensor(self.tokens, dtype=torch.int32),
+            "seq_offsets": torch.tensor(self.offsets, dtype=torch.long),
+            "seq_prompt_len": torch.tensor(self.prompt_lens, dtype=torch.long),
+            "seq_prompt_ids": self.prompt_ids,
+            "seq_domains": self.domains,
+            "block_seq": torch.tensor(self.block_seq, dtype=torch.long),
+            "context_len": torch.tensor(self.context_len, dtype=torch.long),
+            "committed": torch.tensor(self.committed, dtype=torch.long),
+            "block_tokens": torch.tensor(self.block_tokens, dtype=torch.long),
+            "target_ids": torch.cat(self.target_ids),
+            "target_vals": torch.cat(self.target_vals),
+        }
+
+
+def _training_prompts(dom: Mapping[str, Any], st: _Settings, excluded: Mapping[str, set[str]],
+                      tokenizer: Any, formatted: dict[str, list[int]]) -> tuple[list[Any], Any]:
+    """The domain's training prompts (seeded selection order, evaluation ids skipped) and the
+    selection; fills ``formatted`` (prompt id -> formatted prompt ids) along the way."""
+    from floorgap.data.domains import load_domain, select_prompts
+    from floorgap.models.targets import chat_prompt_ids
+
+    name = dom["name"]
+    if name not in excluded:
+        raise StageError(f"no evaluation corpus given for domain {name}")
+
+    def count_tokens(p: Any) -> int:
+        formatted[p.prompt_id] = chat_prompt_ids(tokenizer, p.text, chat_template=st.use_template,
+                                                 enable_thinking=st.thinking)
+        return len(formatted[p.prompt_id])
+
+    domain = load_domain(name, st.seed, source=dom.get("source"), text_field=dom.get("text_field"))
+    sel = select_prompts(domain.prompts, st.n_prompts, st.seed, count_tokens=count_tokens,
+                         max_prompt_tokens=st.max_prompt_tokens, exclude_ids=excluded[name])
+    prompts = sel.selected
+    overlap = {p.prompt_id for p in prompts} & set(excluded[name])
+    if overlap:
+        raise StageError(f"{name}: training prompts overlap the evaluation corpus: {overlap}")
+    return prompts, sel
+
+
+def _responses(model: Any, prompts: list[Any], formatted: Mapping[str, list[int]],
+               st: _Settings, name: str, record: _Record) -> tuple[dict[int, list[int]], int]:
+    """The target's response to each prompt under the training law (batched shortest first),
+    by prompt index, and the number cut at ``max_new_tokens``."""
+    from floorgap.data.corpus import generate_batch
+
+    order = sorted(range(len(prompts)), key=lambda i: (len(formatted[prompts[i].prompt_id]), i))
+    responses: dict[int, list[int]] = {}
+    n_censored = 0
+    with progress(total=len(prompts), desc=f"drafter data {name}", unit="prompt") as bar:
+        for idx in iter_batches(order, st.batch_size):
+            timer = Timer()
+            out = generate_batch(model, [formatted[prompts[i].prompt_id] for i in idx],
+                                 [response_seed(st.seed, prompts[i].prompt_id) for i in idx],
+                                 law=st.law, max_new_tokens=st.max_new, eos_ids=st.eos_ids,
+                                 pad_id=st.pad_id)
+            record.gen_seconds += timer.seconds
+            for i, r in zip(idx, out):
+                responses[i] = r.token_ids
+                n_censored += r.censored
+            bar.update(len(idx))
+    return responses, n_censored
+
+
+def _cut_blocks(model: Any, prompts: list[Any], formatted: Mapping[str, list[int]],
+                responses: Mapping[int, list[int]], st: _Settings, name: str, record: _Record
+                ) -> tuple[int, int]:
+    """Cut each response into blocks and add them with their top-K targets to ``record``.
+    Returns (blocks, responses shorter than gamma)."""
+    n_blocks = n_short = 0
+    for i, p in enumerate(prompts):
+        prompt_ids, resp = formatted[p.prompt_id], responses[i]
+        starts = block_positions(len(resp), st.gamma, st.per_response, st.seed, p.prompt_id)
+        if not starts:
+            n_short += 1
+            continue
+        contexts = [len(prompt_ids) + t for t in starts]
+        timer = Timer()
+        ids, vals = block_targets(model, prompt_ids + resp, contexts, st.gamma, st.law, st.top_k)
+        record.fwd_seconds += timer.seconds
+        record.add_sequence(prompt_ids, resp, p.prompt_id, name, contexts, st.gamma, ids, vals)
+        n_blocks += len(contexts)
+    return n_blocks, n_short
+
+
+def _metadata(spec: Mapping[str, Any], st: _Settings, excluded: Mapping[str, set[str]],
+              counts: dict[str, Any], model_info: Mapping[str, Any] | None, record: _Record
+              ) -> dict[str, Any]:
+    """The record's provenance: target and model, settings, seed, counts, excluded ids."""
+    target = spec["target"]
+    info = dict(model_info or {})
+    return {
+        "stage": "drafter_data", "format": FORMAT, "target": target.get("name"),
+        "dtype": target.get("dtype"), "device": target.get("device"),
+        "model": {k: info.get(k) for k in ("source_kind", "source", "architecture",
+                                           "parameters", "vocab_size", "dtype")},
+        "chat_template": st.use_template, "enable_thinking": st.thinking,
+        "law": asdict(st.law), "training_data": dict(spec["training_data"]), "gamma": st.gamma,
+        "seed": st.seed, "domains": [d["name"] for d in spec["domains"]],
+        "excluded_prompt_ids": {k: sorted(v) for k, v in excluded.items()},
+        "eos_token_ids": st.eos_ids, "pad_token_id": st.pad_id, "counts": counts,
+        "features": "not stored; recomputed from the target's taps at training time",
+        "seconds": {"generate": record.gen_seconds, "targets": record.fwd_seconds},
+    }
+
+
 def build_training_data(spec: Mapping[str, Any], model: Any, tokenizer: Any,
                         excluded: Mapping[str, set[str]],
                         model_info: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -104,125 +291,26 @@ def build_training_data(spec: Mapping[str, Any], model: Any, tokenizer: Any,
     with ``name``), ``training_data``, ``corpus`` (``max_prompt_tokens``, ``batch_size``),
     ``gamma`` and ``seed``. ``excluded`` maps each domain to its evaluation prompt ids.
     """
-    from floorgap.data.corpus import generate_batch
-    from floorgap.data.domains import load_domain, select_prompts
-    from floorgap.models.targets import chat_prompt_ids, eos_token_ids
-
-    target, cfg = spec["target"], spec["training_data"]
-    seed, gamma = int(spec["seed"]), int(spec["gamma"])
-    law = SamplingLaw.from_spec(cfg["law"])
-    use_template = bool(target.get("chat_template", True))
-    thinking = bool(target.get("enable_thinking", False))
-    n_prompts, per_response = int(cfg["prompts_per_domain"]), int(cfg["blocks_per_response"])
-    top_k, max_new = int(cfg["top_k_targets"]), int(cfg["max_new_tokens"])
-    batch_size = int(spec["corpus"]["batch_size"])
-    eos_ids = eos_token_ids(tokenizer, getattr(model, "generation_config", None))
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
-
-    tokens: list[int] = []
-    offsets, prompt_lens, seq_pids, seq_domains = [0], [], [], []
-    block_seq, ctx_len, committed, blocks, t_ids, t_vals = [], [], [], [], [], []
+    st = _Settings.from_spec(spec, model, tokenizer)
+    record = _Record()
     counts: dict[str, Any] = {}
     formatted: dict[str, list[int]] = {}  # prompt id (domain-prefixed) -> formatted prompt ids
-
-    def count_tokens(p: Any) -> int:
-        formatted[p.prompt_id] = chat_prompt_ids(tokenizer, p.text, chat_template=use_template,
-                                                 enable_thinking=thinking)
-        return len(formatted[p.prompt_id])
-
-    gen_seconds = fwd_seconds = 0.0
     for dom in spec["domains"]:
         name = dom["name"]
-        if name not in excluded:
-            raise StageError(f"no evaluation corpus given for domain {name}")
-        domain = load_domain(name, seed, source=dom.get("source"),
-                             text_field=dom.get("text_field"))
-        sel = select_prompts(domain.prompts, n_prompts, seed, count_tokens=count_tokens,
-                             max_prompt_tokens=int(spec["corpus"]["max_prompt_tokens"]),
-                             exclude_ids=excluded[name])
-        prompts = sel.selected
-        overlap = {p.prompt_id for p in prompts} & set(excluded[name])
-        if overlap:
-            raise StageError(f"{name}: training prompts overlap the evaluation corpus: {overlap}")
-        order = sorted(range(len(prompts)), key=lambda i: (len(formatted[prompts[i].prompt_id]), i))
-        responses: dict[int, list[int]] = {}
-        n_censored = 0
-        with progress(total=len(prompts), desc=f"drafter data {name}", unit="prompt") as bar:
-            for idx in iter_batches(order, batch_size):
-                timer = Timer()
-                out = generate_batch(model, [formatted[prompts[i].prompt_id] for i in idx],
-                                     [response_seed(seed, prompts[i].prompt_id) for i in idx],
-                                     law=law, max_new_tokens=max_new, eos_ids=eos_ids,
-                                     pad_id=pad_id)
-                gen_seconds += timer.seconds
-                for i, r in zip(idx, out):
-                    responses[i] = r.token_ids
-                    n_censored += r.censored
-                bar.update(len(idx))
-        n_blocks = n_short = 0
-        for i, p in enumerate(prompts):
-            prompt_ids, resp = formatted[p.prompt_id], responses[i]
-            starts = block_positions(len(resp), gamma, per_response, seed, p.prompt_id)
-            if not starts:
-                n_short += 1
-                continue
-            seq = prompt_ids + resp
-            contexts = [len(prompt_ids) + t for t in starts]
-            timer = Timer()
-            ids, vals = block_targets(model, seq, contexts, gamma, law, top_k)
-            fwd_seconds += timer.seconds
-            s = len(prompt_lens)
-            tokens += seq
-            offsets.append(len(tokens))
-            prompt_lens.append(len(prompt_ids))
-            seq_pids.append(p.prompt_id)
-            seq_domains.append(name)
-            for c in contexts:
-                block_seq.append(s)
-                ctx_len.append(c)
-                committed.append(seq[c - 1])
-                blocks.append(seq[c:c + gamma])
-            t_ids.append(ids)
-            t_vals.append(vals)
-            n_blocks += len(contexts)
+        prompts, sel = _training_prompts(dom, st, excluded, tokenizer, formatted)
+        responses, n_censored = _responses(model, prompts, formatted, st, name, record)
+        n_blocks, n_short = _cut_blocks(model, prompts, formatted, responses, st, name, record)
         counts[name] = {**sel.summary(), "responses": len(prompts), "censored": n_censored,
                         "too_short": n_short, "blocks": n_blocks,
                         "response_tokens": sum(len(r) for r in responses.values())}
         log.info("%s: %d training prompts (%d evaluation ids excluded), %d blocks, %d responses "
                  "shorter than gamma, %d censored", name, len(prompts), sel.excluded, n_blocks,
                  n_short, n_censored)
-    if not block_seq:
+    if not record.block_seq:
         raise StageError("no training blocks: every response is shorter than gamma; raise "
                          "drafters.training_data.max_new_tokens")
-    info = dict(model_info or {})
-    metadata = {
-        "stage": "drafter_data", "format": FORMAT, "target": target.get("name"),
-        "dtype": target.get("dtype"), "device": target.get("device"),
-        "model": {k: info.get(k) for k in ("source_kind", "source", "architecture",
-                                           "parameters", "vocab_size", "dtype")},
-        "chat_template": use_template, "enable_thinking": thinking,
-        "law": asdict(law), "training_data": dict(cfg), "gamma": gamma, "seed": seed,
-        "domains": [d["name"] for d in spec["domains"]],
-        "excluded_prompt_ids": {k: sorted(v) for k, v in excluded.items()},
-        "eos_token_ids": eos_ids, "pad_token_id": pad_id, "counts": counts,
-        "features": "not stored; recomputed from the target's taps at training time",
-        "seconds": {"generate": gen_seconds, "targets": fwd_seconds},
-    }
-    return {
-        "format": FORMAT,
-        "tokens": torch.tensor(tokens, dtype=torch.int32),
-        "seq_offsets": torch.tensor(offsets, dtype=torch.long),
-        "seq_prompt_len": torch.tensor(prompt_lens, dtype=torch.long),
-        "seq_prompt_ids": seq_pids,
-        "seq_domains": seq_domains,
-        "block_seq": torch.tensor(block_seq, dtype=torch.long),
-        "context_len": torch.tensor(ctx_len, dtype=torch.long),
-        "committed": torch.tensor(committed, dtype=torch.long),
-        "block_tokens": torch.tensor(blocks, dtype=torch.long),
-        "target_ids": torch.cat(t_ids),
-        "target_vals": torch.cat(t_vals),
-        "metadata": metadata,
-    }
+    return {"format": FORMAT, **record.tensors(),
+            "metadata": _metadata(spec, st, excluded, counts, model_info, record)}
 
 
 def sequence(data: Mapping[str, Any], i: int) -> torch.Tensor:

@@ -292,27 +292,88 @@ def _logits(model: Any, ids: list[list[int]]) -> torch.Tensor:
         return model(torch.tensor(ids)).logits.float()
 
 
+def _source_model(source: dict[str, Any], dtype: torch.dtype) -> tuple[Any, Any, dict[str, Any]]:
+    """Model, tokenizer and provenance of a config ``source`` (GGUF package, random or hub)."""
+    kind = source.get("kind")
+    if kind == "gguf_package":
+        return _gguf_model(source)
+    if kind == "random":
+        return _random_model(source)
+    if kind == "hub":
+        return _hub_model(source, dtype)
+    raise StageError(f"unknown model source kind {kind!r}")
+
+
+def _verify_saved(folder: Path, model: Any, reference: Any, tok: Any,
+                  dtype: torch.dtype) -> dict[str, Any]:
+    """Reload what was written to ``folder`` and check it against the in-memory model; the
+    checks' results go into the model info."""
+    from transformers import AutoModelForCausalLM
+
+    # Reload what was written: the weights must be bit-identical, and in float32 the
+    # logits must equal those of the model it came from (the GGUF-loaded one).
+    # (In a lower dtype a model cast in memory also casts its rotary buffers, while a
+    # reloaded one keeps them in float32, so only the weights are compared there.)
+    reloaded = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    saved_sd, mem_sd = reloaded.state_dict(), model.state_dict()
+    if saved_sd.keys() != mem_sd.keys() or not all(
+            torch.equal(saved_sd[k], mem_sd[k]) for k in saved_sd):
+        raise StageError("the saved weights differ from the materialised model")
+    verify: dict[str, Any] = {"verify_weights_equal": True}
+    if dtype == torch.float32:
+        ids = [[i % len(tok) for i in row] for row in _VERIFY_INPUT]
+        diff = (_logits(reloaded, ids) - _logits(reference, ids)).abs().max().item()
+        verify["verify_max_abs_logit_diff"] = diff
+        if diff > 0:
+            raise StageError(f"the saved model's logits differ from the source "
+                             f"(max {diff})")
+    del reloaded
+    return verify
+
+
+def _model_info(spec: dict[str, Any], prov: dict[str, Any], model: Any, tok: Any,
+                dtype: torch.dtype, t0: float) -> dict[str, Any]:
+    """The provenance written as ``floorgap_model.json`` beside the weights."""
+    config = model.config
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return {
+        "name": spec.get("name"),
+        "spec": spec,
+        "source_kind": spec["source"].get("kind"),
+        "source": prov,
+        "architecture": config.model_type,
+        "model_class": type(model).__name__,
+        "parameters": int(sum(p.numel() for p in model.parameters())),
+        "vocab_size": int(text_config.vocab_size),
+        "tokenizer_size": len(tok),
+        "num_hidden_layers": int(text_config.num_hidden_layers),
+        "hidden_size": int(text_config.hidden_size),
+        "dtype": str(dtype).removeprefix("torch."),
+        "device": spec.get("device", "cpu"),
+        "chat_template": bool(getattr(tok, "chat_template", None)),
+        "template_supports_thinking": template_supports_thinking(tok),
+        "enable_thinking": bool(spec.get("enable_thinking", False)),
+        "special_token_ids": special_token_ids(tok),
+        "all_special_ids": sorted(int(i) for i in tok.all_special_ids),
+        "eos_token_ids": eos_token_ids(tok, model.generation_config),
+        "pad_token_id": tok.pad_token_id,
+        "versions": {"floorgap": floorgap_version, "torch": torch.__version__,
+                     "transformers": importlib.metadata.version("transformers")},
+        "build_seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
 def materialise(spec: dict[str, Any], out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Build the target named by ``spec`` into ``out_dir``; return its provenance.
 
     ``spec`` is a target entry of the config plus its ``name``. The folder appears only when
     complete (built beside it, then renamed).
     """
-    from transformers import AutoModelForCausalLM
-
     out = Path(out_dir)
-    source = spec["source"]
-    kind = source.get("kind")
+    kind = spec["source"].get("kind")
     dtype = torch_dtype(spec.get("dtype", "float32"))
     t0 = time.perf_counter()
-    if kind == "gguf_package":
-        model, tok, prov = _gguf_model(source)
-    elif kind == "random":
-        model, tok, prov = _random_model(source)
-    elif kind == "hub":
-        model, tok, prov = _hub_model(source, dtype)
-    else:
-        raise StageError(f"unknown model source kind {kind!r}")
+    model, tok, prov = _source_model(spec["source"], dtype)
     reference = prov.pop("_reference", model)
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -321,53 +382,9 @@ def materialise(spec: dict[str, Any], out_dir: str | os.PathLike[str]) -> dict[s
         model = model.to(dtype)
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        verify: dict[str, Any] = {}
-        if kind != "hub":
-            # Reload what was written: the weights must be bit-identical, and in float32 the
-            # logits must equal those of the model it came from (the GGUF-loaded one).
-            # (In a lower dtype a model cast in memory also casts its rotary buffers, while a
-            # reloaded one keeps them in float32, so only the weights are compared there.)
-            reloaded = AutoModelForCausalLM.from_pretrained(tmp, dtype=dtype)
-            saved_sd, mem_sd = reloaded.state_dict(), model.state_dict()
-            if saved_sd.keys() != mem_sd.keys() or not all(
-                    torch.equal(saved_sd[k], mem_sd[k]) for k in saved_sd):
-                raise StageError("the saved weights differ from the materialised model")
-            verify = {"verify_weights_equal": True}
-            if dtype == torch.float32:
-                ids = [[i % len(tok) for i in row] for row in _VERIFY_INPUT]
-                diff = (_logits(reloaded, ids) - _logits(reference, ids)).abs().max().item()
-                verify["verify_max_abs_logit_diff"] = diff
-                if diff > 0:
-                    raise StageError(f"the saved model's logits differ from the source "
-                                     f"(max {diff})")
-            del reloaded
-        config = model.config
-        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-        info = {
-            "name": spec.get("name"),
-            "spec": spec,
-            "source_kind": kind,
-            "source": prov,
-            "architecture": config.model_type,
-            "model_class": type(model).__name__,
-            "parameters": int(sum(p.numel() for p in model.parameters())),
-            "vocab_size": int(text_config.vocab_size),
-            "tokenizer_size": len(tok),
-            "num_hidden_layers": int(text_config.num_hidden_layers),
-            "hidden_size": int(text_config.hidden_size),
-            "dtype": str(dtype).removeprefix("torch."),
-            "device": spec.get("device", "cpu"),
-            "chat_template": bool(getattr(tok, "chat_template", None)),
-            "template_supports_thinking": template_supports_thinking(tok),
-            "enable_thinking": bool(spec.get("enable_thinking", False)),
-            "special_token_ids": special_token_ids(tok),
-            "all_special_ids": sorted(int(i) for i in tok.all_special_ids),
-            "eos_token_ids": eos_token_ids(tok, model.generation_config),
-            "pad_token_id": tok.pad_token_id,
-            "versions": {"floorgap": floorgap_version, "torch": torch.__version__,
-                         "transformers": importlib.metadata.version("transformers")},
-            "build_seconds": round(time.perf_counter() - t0, 2),
-        } | verify
+        # A hub checkpoint is saved as downloaded; only converted or random models are checked.
+        verify = _verify_saved(tmp, model, reference, tok, dtype) if kind != "hub" else {}
+        info = _model_info(spec, prov, model, tok, dtype, t0) | verify
         write_json(tmp / MODEL_INFO, info)
         _make_readable(tmp)
         if out.exists():

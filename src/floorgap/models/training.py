@@ -18,8 +18,9 @@ form on the host and are densified on the training device, one batch at a time.
 Determinism. The batch order of epoch ``e`` is a permutation keyed by ``(seed, e)``, and the
 global random state is re-seeded from ``(seed, e, rank)`` at the start of every epoch, so an epoch
 does the same work whether or not the run was resumed before it. A checkpoint is written
-atomically after every epoch (temporary file + ``os.replace``); a run that dies mid-epoch leaves
-the previous checkpoint intact and ``resume=True`` continues from it.
+atomically after every epoch (temporary file + ``os.replace``; the file format and its loaders
+are in :mod:`floorgap.models.checkpoints`); a run that dies mid-epoch leaves the previous
+checkpoint intact and ``resume=True`` continues from it.
 
 Data parallel. ``config.batch_size`` is the *global* batch: each batch is split across the ranks
 (rank ``r`` takes positions ``r, r + world, ...``) and every rank's loss is weighted by its share,
@@ -40,7 +41,6 @@ import json
 import math
 import os
 import random
-import re
 import socket
 import sys
 import tempfile
@@ -55,6 +55,17 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from floorgap.models.checkpoints import (
+    checkpoint_files,
+    checkpoint_path,
+    frozen_fingerprint,
+    latest_checkpoint,
+    load_drafter_weights,
+    save_checkpoint,
+    trainable_layout,
+    trainable_state,
+)
+from floorgap.records import atomic_path
 from floorgap.seeds import derive_seed
 
 __all__ = [
@@ -64,20 +75,13 @@ __all__ = [
     "collate",
     "densify_targets",
     "epoch_batches",
-    "frozen_fingerprint",
     "init_distributed",
-    "latest_checkpoint",
     "launch",
-    "load_checkpoint",
-    "load_drafter_weights",
     "main",
     "train",
-    "trainable_state",
 ]
 
-CHECKPOINT_FORMAT = 1
 LOG_NAME = "log.jsonl"
-_CKPT_RE = re.compile(r"^epoch-(\d{4,})\.pt$")
 # Keys of log records that measure time; they differ between otherwise identical runs.
 TIMING_KEYS = frozenset({"seconds", "tokens_per_s", "time"})
 
@@ -272,126 +276,7 @@ def _fetch(dataset: Any, indices: torch.Tensor, pad_side: str) -> dict[str, torc
 
 
 # --------------------------------------------------------------------------------------------
-# Model state, fingerprints, checkpoints
-
-
-def _frozen_tensors(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
-    items = [(f"param:{n}", p) for n, p in model.named_parameters() if not p.requires_grad]
-    items += [(f"buffer:{n}", b) for n, b in model.named_buffers()]
-    return items
-
-
-def frozen_fingerprint(model: nn.Module) -> str:
-    """SHA-256 over names, shapes, dtypes and a strided sample of every frozen tensor.
-
-    Frozen parameters and buffers are not stored in checkpoints; this fingerprint ties a
-    checkpoint to the target tables it was trained against without hashing gigabytes.
-    """
-    h = hashlib.sha256()
-    for name, t in _frozen_tensors(model):
-        h.update(f"{name}|{tuple(t.shape)}|{t.dtype}".encode())
-        flat = t.detach().reshape(-1)
-        if flat.numel():
-            stride = max(1, flat.numel() // 4096)
-            sample = flat[::stride][:4096].to("cpu", torch.float64).numpy()
-            h.update(sample.tobytes())
-    return h.hexdigest()
-
-
-def _trainable_layout(model: nn.Module) -> str:
-    spec = [(n, tuple(p.shape), str(p.dtype)) for n, p in model.named_parameters() if p.requires_grad]
-    return hashlib.sha256(json.dumps(spec).encode()).hexdigest()
-
-
-def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The trainable parameters by name, detached, on the CPU."""
-    return {n: p.detach().to("cpu").clone() for n, p in model.named_parameters() if p.requires_grad}
-
-
-def _unwrap(model: nn.Module) -> nn.Module:
-    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
-
-
-def _atomic_torch_save(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def _atomic_write_text(text: str, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def checkpoint_path(directory: str | os.PathLike, epoch: int) -> Path:
-    """Path of the checkpoint written after ``epoch`` (1-based) epochs."""
-    return Path(directory) / f"epoch-{epoch:04d}.pt"
-
-
-def _checkpoint_files(directory: str | os.PathLike) -> list[tuple[int, Path]]:
-    d = Path(directory)
-    if not d.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := _CKPT_RE.match(p.name))]
-    return sorted(found, reverse=True)
-
-
-def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu"
-                    ) -> dict[str, Any]:
-    """Load a training checkpoint (plain tensors and Python values only)."""
-    ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    if ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path}: unknown checkpoint format {ckpt.get('format')!r}")
-    return ckpt
-
-
-def latest_checkpoint(directory: str | os.PathLike) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint in ``directory`` that loads, with its contents; ``None`` if none."""
-    for _, path in _checkpoint_files(directory):
-        try:
-            return path, load_checkpoint(path)
-        except Exception as err:  # noqa: BLE001 - an unreadable file is skipped, older ones tried
-            print(f"floorgap.training: skipping unreadable checkpoint {path}: {err}", file=sys.stderr)
-    return None
-
-
-def load_drafter_weights(model: nn.Module, checkpoint: str | os.PathLike | Mapping[str, Any], *,
-                         check_frozen: bool = True) -> dict[str, Any]:
-    """Load a checkpoint's trainable parameters into ``model`` (built on the same target).
-
-    Checks that the model's trainable layout matches and, with ``check_frozen``, that its frozen
-    tables have the fingerprint recorded at training time. Returns the checkpoint.
-    """
-    ckpt = load_checkpoint(checkpoint) if not isinstance(checkpoint, Mapping) else checkpoint
-    model = _unwrap(model)
-    if ckpt["trainable_layout"] != _trainable_layout(model):
-        raise ValueError("checkpoint trainable parameters do not match the model's")
-    if check_frozen and ckpt["frozen_fingerprint"] != frozen_fingerprint(model):
-        raise ValueError("checkpoint was trained against different frozen (target) tables")
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, value in ckpt["model"].items():
-            params[name].copy_(value.to(params[name].device))
-    return ckpt
+# Random state
 
 
 def _rng_state() -> dict[str, Any]:
@@ -553,7 +438,8 @@ class _JsonLog:
         self.path, self.records = path, records
         if path is not None:
             # Rewrite from the checkpoint's log: drops lines of an epoch that did not finish.
-            _atomic_write_text("".join(json.dumps(r) + "\n" for r in records), path)
+            with atomic_path(path) as tmp:
+                tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
 
     def write(self, record: dict[str, Any]) -> None:
         self.records.append(record)
@@ -581,6 +467,231 @@ def _model_vocab_size(model: nn.Module) -> int | None:
     return None
 
 
+@dataclass
+class _Totals:
+    """Example-weighted sums over a stretch of steps (an epoch, or a window between log
+    records): the loss and each named part times the examples, the examples and block tokens.
+    Means divide by ``examples`` after the sums of every rank are added up."""
+
+    names: list[str]
+    loss: float = 0.0
+    parts: dict[str, float] = field(default_factory=dict)
+    examples: float = 0.0
+    tokens: float = 0.0
+
+    @classmethod
+    def zero(cls, names: list[str]) -> _Totals:
+        return cls(names, parts={k: 0.0 for k in names})
+
+    def add(self, loss: float, parts: Mapping[str, float], examples: int, tokens: int) -> None:
+        self.loss += loss * examples
+        for k in self.names:
+            self.parts[k] += float(parts[k]) * examples
+        self.examples += examples
+        self.tokens += tokens
+
+    def reduced(self, device: torch.device) -> _Totals:
+        """The sums over every rank (one all-reduce; the same sums on a single process)."""
+        flat = _all_reduce_sum([self.loss, *self.parts.values(), self.examples, self.tokens],
+                               device)
+        return _Totals(self.names, flat[0], dict(zip(self.names, flat[1:-2])), flat[-2],
+                       flat[-1])
+
+    def means(self) -> dict[str, Any]:
+        return {"loss": self.loss / self.examples,
+                "parts": {k: v / self.examples for k, v in self.parts.items()}}
+
+
+@dataclass
+class _Run:
+    """What the epochs and steps of one :func:`train` call share, and its running counts."""
+
+    config: TrainConfig
+    dataset: Any
+    rank: int
+    world: int
+    device: torch.device
+    core: nn.Module
+    wrapped: nn.Module
+    trainable: list[nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    log: _JsonLog
+    ckpt_dir: Path | None
+    fingerprints: tuple[str, str, str]  # training config, frozen tables, trainable layout
+    before_step: Callable[[dict[str, Any]], None] | None
+    bar: Any = None
+    global_step: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    last_ckpt: Path | None = None
+
+    @property
+    def vocab_size(self) -> int | None:
+        return self.config.vocab_size or _model_vocab_size(self.core)
+
+    @property
+    def amp_dtype(self) -> torch.dtype | None:
+        return getattr(torch, self.config.autocast_dtype) if self.config.autocast_dtype else None
+
+
+def _optimizer(core: nn.Module, config: TrainConfig, total_steps: int
+               ) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW over the trainable parameters (no decay on vectors) and its LR schedule."""
+    optimizer = torch.optim.AdamW(_param_groups(core, config.weight_decay), lr=config.lr,
+                                  betas=tuple(config.betas), eps=config.eps)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config, total_steps))
+
+
+def _restore(core: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+             config: TrainConfig, ckpt_dir: Path | None, resume: bool, rank: int
+             ) -> tuple[int, list[dict[str, Any]], Path | None]:
+    """Continue after the newest checkpoint in ``ckpt_dir`` (``resume``), or clear the folder
+    (rank 0 of a fresh run). Returns (epochs done, log records so far, checkpoint resumed)."""
+    if ckpt_dir is None:
+        return 0, [], None
+    if not resume:
+        if rank == 0:
+            # A fresh run: checkpoints of an earlier run must not be taken for this run's later.
+            for _, stale in checkpoint_files(ckpt_dir):
+                stale.unlink()
+        return 0, [], None
+    found = latest_checkpoint(ckpt_dir)
+    if found is None:
+        return 0, [], None
+    path, ckpt = found
+    if ckpt["config_fingerprint"] != config.fingerprint():
+        raise ValueError(f"{path}: written under a different training configuration")
+    if config.schedule != "constant" and ckpt["config"]["epochs"] != config.epochs:
+        raise ValueError(f"{path}: the {config.schedule} schedule spans "
+                         f"{ckpt['config']['epochs']} epochs, not {config.epochs}")
+    load_drafter_weights(core, ckpt)
+    optimizer.load_state_dict(ckpt["optimizer"])
+    scheduler.load_state_dict(ckpt["scheduler"])
+    _set_rng_state(ckpt["rng"])
+    return int(ckpt["epoch"]), list(ckpt["log"]), path
+
+
+def _data_parallel(core: nn.Module, config: TrainConfig, device: torch.device, world: int
+                   ) -> nn.Module:
+    """``core`` wrapped in DDP when there is more than one rank (DDP broadcasts rank 0's
+    parameters, so this comes after a resumption has loaded them)."""
+    if world == 1:
+        return core
+    ddp_kw: dict[str, Any] = {"find_unused_parameters": config.find_unused_parameters}
+    if device.type == "cuda":
+        ddp_kw.update(device_ids=[device.index], output_device=device.index)
+    return nn.parallel.DistributedDataParallel(core, **ddp_kw)
+
+
+def _train_step(run: _Run, epoch: int, step: int, idx: torch.Tensor, local: torch.Tensor
+                ) -> tuple[torch.Tensor, Mapping[str, float], float, int]:
+    """One optimiser step on global batch ``idx`` (this rank's share ``local``).
+
+    Returns the local loss, its parts, the learning rate of the step and the block tokens.
+    """
+    cfg = run.config
+    # Weight the local mean by the rank's share: the all-reduced gradient is the batch mean's.
+    share = len(local) * run.world / len(idx)
+    batch = _fetch(run.dataset, local, cfg.pad_side)
+    batch = {k: v.to(run.device, non_blocking=True) for k, v in batch.items()}
+    batch = densify_targets(batch, run.vocab_size, renormalize=cfg.renormalize_topk)
+    amp_dtype = run.amp_dtype
+    ctx = (torch.autocast(run.device.type, dtype=amp_dtype) if amp_dtype is not None
+           else contextlib.nullcontext())
+    with ctx:
+        out = run.wrapped(batch["features"], batch["committed"], batch["block_tokens"],
+                          prefix_mask=batch["prefix_mask"])
+        loss, parts = run.core.loss(out, batch["target_probs"], batch["block_tokens"])
+    (loss * share).backward()
+    if cfg.grad_clip is not None:
+        torch.nn.utils.clip_grad_norm_(run.trainable, cfg.grad_clip)
+    if run.before_step is not None:
+        run.before_step({"epoch": epoch, "step": step, "global_step": run.global_step,
+                         "model": run.core, "loss": loss, "parts": parts})
+    run.optimizer.step()
+    lr = run.scheduler.get_last_lr()[0]
+    run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    run.global_step += 1
+    return loss, parts, lr, len(local) * int(batch["block_tokens"].shape[-1])
+
+
+def _log_window(run: _Run, epoch: int, lr: float, window: _Totals) -> None:
+    """A ``step`` log record: the window's mean loss and parts over every rank (rank 0)."""
+    tot = window.reduced(run.device)
+    if run.rank == 0:
+        run.log.write({"kind": "step", "epoch": epoch + 1, "step": run.global_step, "lr": lr,
+                       **tot.means()})
+
+
+def _checkpoint_epoch(run: _Run, epochs_done: int) -> None:
+    """Rank 0 writes the checkpoint after ``epochs_done`` epochs; every rank waits for it."""
+    run.last_ckpt = checkpoint_path(run.ckpt_dir, epochs_done)
+    if run.rank == 0:
+        cfg_fp, frozen_fp, layout = run.fingerprints
+        save_checkpoint(run.last_ckpt, {
+            "epoch": epochs_done,
+            "global_step": run.global_step,
+            "model": trainable_state(run.core),
+            "optimizer": run.optimizer.state_dict(),
+            "scheduler": run.scheduler.state_dict(),
+            "rng": _rng_state(),
+            "config": {**dataclasses.asdict(run.config), "betas": list(run.config.betas)},
+            "config_fingerprint": cfg_fp,
+            "frozen_fingerprint": frozen_fp,
+            "trainable_layout": layout,
+            "log": list(run.log.records),
+        })
+    if run.world > 1:
+        dist.barrier()
+
+
+def _finish_epoch(run: _Run, epoch: int, totals: _Totals, steps: int, t0: float) -> None:
+    """The ``epoch`` record (mean loss, tokens/s) of the epoch just trained, and its checkpoint."""
+    tot = totals.reduced(run.device)
+    if run.device.type == "cuda":
+        torch.cuda.synchronize(run.device)
+    seconds = time.perf_counter() - t0
+    run.tokens += int(tot.tokens)
+    run.seconds += seconds
+    record = {"kind": "epoch", "epoch": epoch + 1, "step": run.global_step, "steps": steps,
+              "examples": int(tot.examples), "tokens": int(tot.tokens), **tot.means(),
+              "seconds": seconds, "tokens_per_s": tot.tokens / max(seconds, 1e-12)}
+    if run.rank == 0:
+        run.log.write(record)
+    else:
+        run.log.records.append(record)
+    if run.ckpt_dir is not None:
+        _checkpoint_epoch(run, epoch + 1)
+
+
+def _train_epoch(run: _Run, epoch: int) -> None:
+    """Epoch ``epoch`` (0-based): its seeded batch order, every step, a log record every
+    ``log_every`` steps and at the end, then the epoch record and checkpoint."""
+    cfg = run.config
+    _seed_epoch(cfg.seed, epoch, run.rank)
+    batches = epoch_batches(len(run.dataset), cfg.batch_size, cfg.seed, epoch,
+                            drop_last=cfg.drop_last, min_size=run.world)
+    totals: _Totals | None = None
+    window: _Totals | None = None
+    t0 = time.perf_counter()
+    for step, idx in enumerate(batches):
+        local = idx[run.rank::run.world]
+        loss, parts, lr, tokens = _train_step(run, epoch, step, idx, local)
+        if totals is None:
+            totals, window = _Totals.zero(sorted(parts)), _Totals.zero(sorted(parts))
+        for sums in (totals, window):
+            sums.add(float(loss.detach()), parts, len(local), tokens)
+        if (cfg.log_every and (step + 1) % cfg.log_every == 0) or step == len(batches) - 1:
+            _log_window(run, epoch, lr, window)
+            window = _Totals.zero(window.names)
+        if run.bar is not None:
+            run.bar.update(1)
+            run.bar.set_postfix(epoch=epoch + 1, loss=f"{float(loss.detach()):.4f}")
+    _finish_epoch(run, epoch, totals, len(batches), t0)
+
+
 def train(model: nn.Module, dataset: Sequence[Mapping[str, torch.Tensor]] | StackedExamples,
           config: TrainConfig, *, resume: bool = True, progress: bool = True,
           before_step: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
@@ -594,161 +705,43 @@ def train(model: nn.Module, dataset: Sequence[Mapping[str, torch.Tensor]] | Stac
     """
     rank, world = _dist_info()
     device = _resolve_device(config)
-    model = model.to(device)
-    core = model
+    core = model.to(device)
     trainable = [p for p in core.parameters() if p.requires_grad]
     if not trainable:
         raise ValueError("model has no trainable parameters")
-    vocab_size = config.vocab_size or _model_vocab_size(core)
-
     n = len(dataset)
     steps_per_epoch = len(epoch_batches(n, config.batch_size, config.seed, 0,
                                         drop_last=config.drop_last, min_size=world))
     if steps_per_epoch == 0:
         raise ValueError(f"no batches: {n} examples, batch {config.batch_size}, {world} ranks")
-    total_steps = steps_per_epoch * config.epochs
-    optimizer = torch.optim.AdamW(_param_groups(core, config.weight_decay), lr=config.lr,
-                                  betas=tuple(config.betas), eps=config.eps)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config, total_steps))
-
+    optimizer, scheduler = _optimizer(core, config, steps_per_epoch * config.epochs)
     ckpt_dir = Path(config.checkpoint_dir) if config.checkpoint_dir else None
-    cfg_fp, frozen_fp, layout = config.fingerprint(), frozen_fingerprint(core), _trainable_layout(core)
-    start_epoch, records, last_ckpt = 0, [], None
-    if ckpt_dir is not None and resume:
-        found = latest_checkpoint(ckpt_dir)
-        if found is not None:
-            path, ckpt = found
-            if ckpt["config_fingerprint"] != cfg_fp:
-                raise ValueError(f"{path}: written under a different training configuration")
-            if config.schedule != "constant" and ckpt["config"]["epochs"] != config.epochs:
-                raise ValueError(f"{path}: the {config.schedule} schedule spans "
-                                 f"{ckpt['config']['epochs']} epochs, not {config.epochs}")
-            load_drafter_weights(core, ckpt)
-            optimizer.load_state_dict(ckpt["optimizer"])
-            scheduler.load_state_dict(ckpt["scheduler"])
-            _set_rng_state(ckpt["rng"])
-            start_epoch, records, last_ckpt = int(ckpt["epoch"]), list(ckpt["log"]), path
-    elif ckpt_dir is not None and rank == 0:
-        # A fresh run: checkpoints of an earlier run must not be taken for this run's later.
-        for _, stale in _checkpoint_files(ckpt_dir):
-            stale.unlink()
+    fingerprints = (config.fingerprint(), frozen_fingerprint(core), trainable_layout(core))
+    start_epoch, records, last_ckpt = _restore(core, optimizer, scheduler, config, ckpt_dir,
+                                               resume, rank)
     if world > 1 and ckpt_dir is not None:
         dist.barrier()
     log = _JsonLog(ckpt_dir / LOG_NAME if (ckpt_dir is not None and rank == 0) else None, records)
-
-    if world > 1:
-        ddp_kw: dict[str, Any] = {"find_unused_parameters": config.find_unused_parameters}
-        if device.type == "cuda":
-            ddp_kw.update(device_ids=[device.index], output_device=device.index)
-        wrapped: nn.Module = nn.parallel.DistributedDataParallel(core, **ddp_kw)
-    else:
-        wrapped = core
-    amp_dtype = getattr(torch, config.autocast_dtype) if config.autocast_dtype else None
-
-    bar = _progress_bar(progress and rank == 0, total_steps, start_epoch * steps_per_epoch,
-                        "drafter")
-    global_step = start_epoch * steps_per_epoch
-    run_tokens, run_seconds = 0, 0.0
-    wrapped.train()
+    run = _Run(config=config, dataset=dataset, rank=rank, world=world, device=device, core=core,
+               wrapped=_data_parallel(core, config, device, world), trainable=trainable,
+               optimizer=optimizer, scheduler=scheduler, log=log, ckpt_dir=ckpt_dir,
+               fingerprints=fingerprints, before_step=before_step,
+               global_step=start_epoch * steps_per_epoch, last_ckpt=last_ckpt)
+    run.bar = _progress_bar(progress and rank == 0, steps_per_epoch * config.epochs,
+                            run.global_step, "drafter")
+    run.wrapped.train()
     try:
         for epoch in range(start_epoch, config.epochs):
-            _seed_epoch(config.seed, epoch, rank)
-            batches = epoch_batches(n, config.batch_size, config.seed, epoch,
-                                    drop_last=config.drop_last, min_size=world)
-            part_names: list[str] | None = None
-            ep_sums: list[float] | None = None  # [weighted loss, weighted parts..., examples, tokens]
-            win_sums: list[float] | None = None
-            t0 = time.perf_counter()
-            for step, idx in enumerate(batches):
-                local = idx[rank::world]
-                share = len(local) * world / len(idx)
-                batch = _fetch(dataset, local, config.pad_side)
-                batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-                batch = densify_targets(batch, vocab_size, renormalize=config.renormalize_topk)
-                ctx = (torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None
-                       else contextlib.nullcontext())
-                with ctx:
-                    out = wrapped(batch["features"], batch["committed"], batch["block_tokens"],
-                                  prefix_mask=batch["prefix_mask"])
-                    loss, parts = core.loss(out, batch["target_probs"], batch["block_tokens"])
-                (loss * share).backward()
-                if config.grad_clip is not None:
-                    torch.nn.utils.clip_grad_norm_(trainable, config.grad_clip)
-                if before_step is not None:
-                    before_step({"epoch": epoch, "step": step, "global_step": global_step,
-                                 "model": core, "loss": loss, "parts": parts})
-                optimizer.step()
-                lr = scheduler.get_last_lr()[0]
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                global_step += 1
-
-                if part_names is None:
-                    part_names = sorted(parts)
-                    ep_sums = [0.0] * (len(part_names) + 3)
-                    win_sums = [0.0] * (len(part_names) + 3)
-                m = len(local)
-                row = ([float(loss.detach()) * m] + [float(parts[k]) * m for k in part_names]
-                       + [m, m * int(batch["block_tokens"].shape[-1])])
-                ep_sums = [a + b for a, b in zip(ep_sums, row)]
-                win_sums = [a + b for a, b in zip(win_sums, row)]
-                last = step == len(batches) - 1
-                if (config.log_every and (step + 1) % config.log_every == 0) or last:
-                    tot = _all_reduce_sum(win_sums, device)
-                    if rank == 0:
-                        log.write({"kind": "step", "epoch": epoch + 1, "step": global_step,
-                                   "lr": lr, "loss": tot[0] / tot[-2],
-                                   "parts": {k: v / tot[-2] for k, v in zip(part_names, tot[1:-2])}})
-                    win_sums = [0.0] * len(win_sums)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(epoch=epoch + 1, loss=f"{float(loss.detach()):.4f}")
-
-            tot = _all_reduce_sum(ep_sums, device)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            seconds = time.perf_counter() - t0
-            run_tokens += int(tot[-1])
-            run_seconds += seconds
-            record = {"kind": "epoch", "epoch": epoch + 1, "step": global_step,
-                      "steps": len(batches), "examples": int(tot[-2]), "tokens": int(tot[-1]),
-                      "loss": tot[0] / tot[-2],
-                      "parts": {k: v / tot[-2] for k, v in zip(part_names, tot[1:-2])},
-                      "seconds": seconds, "tokens_per_s": tot[-1] / max(seconds, 1e-12)}
-            if rank == 0:
-                log.write(record)
-            else:
-                log.records.append(record)
-            if ckpt_dir is not None:
-                if rank == 0:
-                    last_ckpt = checkpoint_path(ckpt_dir, epoch + 1)
-                    _atomic_torch_save({
-                        "format": CHECKPOINT_FORMAT,
-                        "epoch": epoch + 1,
-                        "global_step": global_step,
-                        "model": trainable_state(core),
-                        "optimizer": optimizer.state_dict(),
-                        "scheduler": scheduler.state_dict(),
-                        "rng": _rng_state(),
-                        "config": {**dataclasses.asdict(config), "betas": list(config.betas)},
-                        "config_fingerprint": cfg_fp,
-                        "frozen_fingerprint": frozen_fp,
-                        "trainable_layout": layout,
-                        "log": list(log.records),
-                    }, last_ckpt)
-                else:
-                    last_ckpt = checkpoint_path(ckpt_dir, epoch + 1)
-                if world > 1:
-                    dist.barrier()
+            _train_epoch(run, epoch)
     finally:
-        if bar is not None:
-            bar.close()
-
-    epochs = [r for r in log.records if r.get("kind") == "epoch"]
-    return TrainResult(epochs=epochs, steps=global_step,
-                       tokens_per_s=run_tokens / run_seconds if run_seconds else 0.0,
-                       seconds=run_seconds, resumed_from=start_epoch,
-                       checkpoint=str(last_ckpt) if last_ckpt else None, log=list(log.records))
+        if run.bar is not None:
+            run.bar.close()
+    return TrainResult(epochs=[r for r in run.log.records if r.get("kind") == "epoch"],
+                       steps=run.global_step,
+                       tokens_per_s=run.tokens / run.seconds if run.seconds else 0.0,
+                       seconds=run.seconds, resumed_from=start_epoch,
+                       checkpoint=str(run.last_ckpt) if run.last_ckpt else None,
+                       log=list(run.log.records))
 
 
 # --------------------------------------------------------------------------------------------
@@ -800,8 +793,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = train(model, _load_dataset(args.data), config, resume=not args.no_resume,
                        progress=not args.no_progress)
         if rank == 0 and args.result:
-            _atomic_write_text(json.dumps(dataclasses.asdict(result), indent=1) + "\n",
-                               Path(args.result))
+            with atomic_path(args.result) as tmp:
+                tmp.write_text(json.dumps(dataclasses.asdict(result), indent=1) + "\n")
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

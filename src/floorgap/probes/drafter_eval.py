@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from floorgap.errors import StageError
 from floorgap.estimators.barycentre import tv_distance
 from floorgap.estimators.risk import exposure
 from floorgap.estimators.serving import accept_factors
@@ -311,7 +314,7 @@ def load_trained_drafter(path: str | Path, target: Any) -> Any:
     frozen-table fingerprint when the file records them.
     """
     from floorgap.models.drafters import DrafterConfig, build_drafter
-    from floorgap.models.training import load_drafter_weights
+    from floorgap.models.checkpoints import load_drafter_weights
 
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     cfg = ckpt.get("drafter_config")
@@ -331,3 +334,105 @@ def load_trained_drafter(path: str | Path, target: Any) -> Any:
     drafter.eval()
     drafter.requires_grad_(False)
     return drafter
+
+
+# --------------------------------------------------------------------------------------------
+# One shard of anchors (the drafter_eval stage)
+
+
+def stored_paths(path: str | Path, anchor_ids: Sequence[str], gamma: int,
+                 law_spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The rollout rows of ``path`` by anchor id, checked against the shard: the same gamma and
+    sampling law, and stored paths for every anchor of ``anchor_ids``."""
+    from floorgap.records import read_metadata, read_table
+
+    stored = read_table(path)
+    roll_meta = read_metadata(path)
+    if int(roll_meta.get("gamma", gamma)) != gamma:
+        raise StageError(f"{path} holds gamma={roll_meta.get('gamma')}, not {gamma}")
+    if roll_meta.get("law", law_spec) != law_spec:
+        raise StageError(f"{path} was sampled under law {roll_meta.get('law')}, "
+                         f"not {law_spec}; rerun the rollouts")
+    by_anchor = {a: g for a, g in stored.groupby("anchor_id", sort=False)}
+    missing = [a for a in anchor_ids if a not in by_anchor]
+    if missing:
+        raise StageError(f"{path} lacks paths of {len(missing)} anchors of this shard "
+                         f"(first {missing[0]}); rerun the rollouts")
+    return by_anchor
+
+
+def load_drafters(paths: Sequence[str | Path], target: Any, gamma: int) -> list[Any]:
+    """The trained drafters of ``paths`` on ``target``; each must draft ``gamma`` slots."""
+    drafters = []
+    for path in paths:
+        try:
+            drafter = load_trained_drafter(path, target)
+        except ValueError as exc:
+            raise StageError(str(exc)) from exc
+        if drafter.gamma != gamma:
+            raise StageError(f"{path} drafts {drafter.gamma} slots, the anchors {gamma}")
+        drafters.append(drafter)
+    return drafters
+
+
+@dataclass
+class ShardEval:
+    """The records of every drafter (by label) on one shard: per path x slot scalars
+    ``paths``, per slot risks ``slots``, the drafter-side seconds per anchor, the logp
+    mismatches, and the target-side seconds per anchor (shared by the drafters)."""
+
+    paths: dict[str, list[PathSlotRecord]]
+    slots: dict[str, list[SlotRiskRecord]]
+    seconds: dict[str, list[float]]
+    mismatches: dict[str, int]
+    target_seconds: list[float] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def empty(cls, labels: Sequence[str]) -> ShardEval:
+        return cls(paths={label: [] for label in labels}, slots={label: [] for label in labels},
+                   seconds={label: [] for label in labels},
+                   mismatches={label: 0 for label in labels})
+
+
+def _evaluate_drafters_at(out: ShardEval, target: Any, drafters: Sequence[Any],
+                          labels: Sequence[str], at: AnchorTarget, anchor: Any, *,
+                          law: SamplingLaw, logger: logging.Logger) -> None:
+    """Every drafter at one anchor (target side ``at`` already computed), added to ``out``."""
+    inputs: dict[tuple[int, ...], Any] = {}  # drafter inputs by taps, shared
+    for label, drafter in zip(labels, drafters, strict=True):
+        taps = tuple(drafter.cfg.taps)
+        if taps not in inputs:
+            inputs[taps] = drafter_inputs(target, drafter, at.context_ids)
+        ev = evaluate_drafter(target, drafter, at, law=law, anchor_seed=int(anchor.anchor_seed),
+                              features=inputs[taps])
+        paths, slots = anchor_eval_records(anchor.anchor_id, ev)
+        out.paths[label].extend(paths)
+        out.slots[label].extend(slots)
+        out.seconds[label].append(ev.seconds)
+        n_bad = sum(s.logp_mismatches for s in slots)
+        out.mismatches[label] += n_bad
+        logger.info("anchor %s %s: %.2f s, %d logp mismatches (max |dp| %.2e), R by slot %s",
+                    anchor.anchor_id, label, ev.seconds, n_bad,
+                    max(s.logp_max_abs_diff for s in slots),
+                    " ".join(f"{s.risk:.3f}" for s in slots))
+
+
+def evaluate_shard(target: Any, drafters: Sequence[Any], labels: Sequence[str], anchors: Any,
+                   contexts: Sequence[list[int]], paths_by_anchor: Mapping[str, Any], *,
+                   law: SamplingLaw, gamma: int, forward_batch: int, desc: str,
+                   logger: logging.Logger) -> ShardEval:
+    """Every drafter on the stored paths of every anchor of a shard (``anchors`` rows with
+    ``anchor_id`` and ``anchor_seed``, their ``contexts``): p_k^(r) once per anchor
+    (:func:`anchor_target`), then each drafter's proposals and records."""
+    from floorgap.progress import progress
+
+    out = ShardEval.empty(labels)
+    bar = progress(total=len(anchors), desc=desc, unit="anchor")
+    for a, ctx in zip(anchors.itertuples(index=False), contexts):
+        tokens, logp = path_arrays(paths_by_anchor[a.anchor_id], gamma)
+        at = anchor_target(target, ctx, tokens, logp, law=law, forward_batch=forward_batch)
+        out.target_seconds.append(at.seconds)
+        _evaluate_drafters_at(out, target, drafters, labels, at, a, law=law, logger=logger)
+        bar.update()
+    bar.close()
+    return out

@@ -26,18 +26,28 @@ anchor, its index and ``forward_batch``, never on how prefixes are chunked.
 from __future__ import annotations
 
 import copy
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import torch
 
+from floorgap.data.anchors import anchor_contexts, check_anchors_gamma
+from floorgap.errors import StageError
 from floorgap.estimators.mi import (MICellLosses, leave_one_out_missing_information,
-                                    mi_cell_losses)
+                                    mi_cell_losses, screen_anchors)
+from floorgap.progress import progress
+from floorgap.records import read_metadata, read_table
 from floorgap.probes.rollouts import sample_block
 from floorgap.sampling import SamplingLaw
 from floorgap.seeds import derive_seed
+
+log = logging.getLogger("floorgap.mi")
 
 SCREEN_KEY = "mi-screen"
 MEASURE_KEY = "mi"
@@ -258,3 +268,86 @@ def anchor_cells(anchor: Any, screen: ScreenResult, measured: MIMeasurement | No
                 token=token, c_k0=c0, c_km=cm, c_kk=ck, ess=ess, screened=bool(screened),
                 screen=float(screen.value)))
     return rows
+
+
+@dataclass
+class MIRun:
+    """The MI probe over one domain's anchors: every anchor's cells (``rows``), how many
+    anchors passed the screen, and the wall time of each screening and measuring pass."""
+
+    rows: list[MICellRecord]
+    n_screened: int
+    screen_seconds: list[float]
+    measure_seconds: list[float]
+
+
+def probe_anchor(model: Any, anchor: Any, context_ids: list[int], *, cfg: Mapping[str, Any],
+                 gamma: int, law: SamplingLaw, forward_batch: int
+                 ) -> tuple[ScreenResult, MIMeasurement | None]:
+    """Screen one anchor and, when its missing information exceeds ``threshold_nats``, measure
+    C_{k,0}, C_{k,m}, C_{k,k} for every order of ``cfg["orders"]``."""
+    threshold = float(cfg["threshold_nats"])
+    seed = int(anchor.anchor_seed)
+    screen = screen_anchor(model, context_ids, n_paths=int(cfg["screen_paths"]), gamma=gamma,
+                           law=law, anchor_seed=seed, forward_batch=forward_batch)
+    if not bool(screen_anchors(torch.tensor(screen.value), threshold)):
+        log.info("anchor %s: context %d tokens, screen %.3f nats <= %.3f: screened out "
+                 "(%.2f s)", anchor.anchor_id, len(context_ids), screen.value, threshold,
+                 screen.seconds)
+        return screen, None
+    measured = measure_anchor(model, context_ids, n_paths=int(cfg["paths"]), gamma=gamma,
+                              orders=[int(m) for m in cfg["orders"]], law=law, anchor_seed=seed,
+                              forward_batch=forward_batch)
+    L = measured.losses
+    d = (L.c_k0 - L.c_kk)[1:]
+    log.info("anchor %s: context %d tokens, screen %.3f nats (%.2f s), measured "
+             "(%.2f s): d by slot %s, min ESS %.1f", anchor.anchor_id, len(context_ids),
+             screen.value, screen.seconds, measured.seconds,
+             " ".join(f"{float(x):.3f}" for x in d),
+             float(torch.nan_to_num(L.ess, nan=float("inf")).min()))
+    return screen, measured
+
+
+def read_mi_inputs(anchors_path: Path, corpus_path: Path, gamma: int
+                   ) -> tuple[pd.DataFrame, dict[str, Any], pd.DataFrame]:
+    """The anchors (sorted by id), their metadata and the corpus of one domain, checked: MI
+    needs gamma >= 2 and anchors drawn for this gamma."""
+    if gamma < 2:
+        raise StageError(f"mutual-information recovery needs gamma >= 2 (got {gamma})")
+    anchors = read_table(anchors_path).sort_values("anchor_id", kind="stable")
+    anchors = anchors.reset_index(drop=True)
+    if not len(anchors):
+        raise StageError(f"{anchors_path} holds no anchors")
+    anchor_meta = read_metadata(anchors_path)
+    check_anchors_gamma(anchors_path, anchor_meta, gamma)
+    return anchors, anchor_meta, read_table(corpus_path)
+
+
+def probe_anchors(model: Any, anchors: pd.DataFrame, corpus: pd.DataFrame, *,
+                  cfg: Mapping[str, Any], gamma: int, law: SamplingLaw, forward_batch: int,
+                  desc: str = "mi") -> MIRun:
+    """Screen, and measure where screened in, every anchor in the table's order (the cells of
+    screened-out anchors keep their screen value and NaN losses)."""
+    orders = [int(m) for m in cfg["orders"]]
+    contexts = anchor_contexts(corpus, anchors)
+    run = MIRun(rows=[], n_screened=0, screen_seconds=[], measure_seconds=[])
+    bar = progress(total=len(anchors), desc=desc, unit="anchor")
+    for a, ctx in zip(anchors.itertuples(index=False), contexts):
+        screen, measured = probe_anchor(model, a, ctx, cfg=cfg, gamma=gamma, law=law,
+                                        forward_batch=forward_batch)
+        run.screen_seconds.append(screen.seconds)
+        if measured is not None:
+            run.n_screened += 1
+            run.measure_seconds.append(measured.seconds)
+        run.rows += anchor_cells(a, screen, measured, screened=measured is not None,
+                                 gamma=gamma, orders=orders)
+        bar.update()
+    bar.close()
+    return run
+
+
+def non_finite_cells(table: pd.DataFrame) -> int:
+    """Measured cells (screened in, m < k) whose losses are not all finite."""
+    measured_rows = table[table.screened & table.slot.gt(table.order)]
+    losses = measured_rows[["c_k0", "c_km", "c_kk"]].to_numpy(dtype=float)
+    return int((~np.isfinite(losses).all(axis=1)).sum())

@@ -18,14 +18,24 @@ chunked or anchors sharded.
 from __future__ import annotations
 
 import copy
+import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 
+from floorgap.data.anchors import anchor_contexts, check_anchors_gamma, shard_rows
+from floorgap.errors import StageError
+from floorgap.progress import progress
+from floorgap.records import read_metadata, read_table
 from floorgap.sampling import SamplingLaw, inverse_cdf_sample
 from floorgap.seeds import derive_seed, generator_for
+
+log = logging.getLogger("floorgap.rollouts")
 
 
 @dataclass(frozen=True)
@@ -204,3 +214,51 @@ def anchor_records(anchor_id: str, block: SampledBlock, *, store_top_k: int
                         topk_probs=vals[r].flatten().tolist(), residual=res[r].tolist())
              for r in range(M)]
     return paths, floors
+
+
+def read_shard_inputs(anchors_path: Path, corpus_path: Path, *, shard: int, shards: int,
+                      gamma: int) -> tuple[pd.DataFrame, dict[str, Any], pd.DataFrame]:
+    """One shard's anchors, the anchors' metadata and the corpus; the shard must hold anchors
+    drawn for this ``gamma``."""
+    anchors = shard_rows(read_table(anchors_path), shard, shards)
+    if not len(anchors):
+        raise StageError(f"shard {shard} of {anchors_path} holds no anchors; "
+                         f"lower rollouts.shards (now {shards})")
+    corpus = read_table(corpus_path)
+    anchor_meta = read_metadata(anchors_path)
+    check_anchors_gamma(anchors_path, anchor_meta, gamma)
+    return anchors, anchor_meta, corpus
+
+
+@dataclass
+class RolloutRun:
+    """Records of a shard's anchors: per-path reads, per-slot floors, and each anchor's
+    wall time."""
+
+    path_rows: list[PathRecord]
+    floor_rows: list[SlotFloorRecord]
+    seconds: list[float]
+
+
+def roll_out_anchors(model: Any, anchors: pd.DataFrame, corpus: pd.DataFrame, *,
+                     cfg: Mapping[str, Any], gamma: int, law: SamplingLaw,
+                     desc: str = "rollouts") -> RolloutRun:
+    """Sample ``cfg["paths"]`` blocks at every anchor, in the table's order, and compute its
+    path and floor records (T^(0), T^(1), N_eff per slot)."""
+    contexts = anchor_contexts(corpus, anchors)
+    run = RolloutRun(path_rows=[], floor_rows=[], seconds=[])
+    bar = progress(total=len(anchors), desc=desc, unit="anchor")
+    for a, ctx in zip(anchors.itertuples(index=False), contexts):
+        block = sample_block(model, ctx, n_paths=int(cfg["paths"]), gamma=gamma, law=law,
+                             anchor_seed=int(a.anchor_seed),
+                             forward_batch=int(cfg["forward_batch"]),
+                             reveal_paths=int(cfg["reveal_paths"]))
+        paths, floors = anchor_records(a.anchor_id, block, store_top_k=int(cfg["store_top_k"]))
+        run.path_rows += paths
+        run.floor_rows += floors
+        run.seconds.append(block.seconds)
+        log.info("anchor %s: context %d tokens, %.2f s, T0 by slot %s", a.anchor_id,
+                 len(ctx), block.seconds, " ".join(f"{f.t0:.3f}" for f in floors))
+        bar.update()
+    bar.close()
+    return run

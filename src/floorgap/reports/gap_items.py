@@ -1,15 +1,15 @@
 """Paper items of the gap half: Figs. 4, 6, 7 and Tables 5, 6, 7, 8, 10, 12, 13, F.5, F.6.
 
-Every item reads a gaps summary of the primary target, written by ``python -m
-floorgap.serving_risk``: ``results/<target>/gaps/summary.parquet`` (the drafters), or for
+Every item reads a gaps summary of the primary target, written by ``floorgap gaps``: ``results/<target>/gaps/summary.parquet`` (the drafters), or for
 Table 10 ``trajectory.parquet`` (variants labelled ``<variant>@epoch-<e>``) and for Table 13
 ``components.parquet`` (the one-epoch arms and their contrasts with the baseline). Each item
 writes its figure (``figures/<name>.pdf`` + ``.png``) or table (``paper/tables/<name>.tex`` +
 ``.csv``) and returns the macros of the numbers the text cites. Signature of an item:
 ``item(inputs, spec, out_dir) -> {macro: value}`` with ``inputs["summary"]`` the summary path.
 
-``spec`` may name the variants: ``order0`` (default "dflash"), ``order1`` ("dspark"), ``ours``
-("ours"); figures also take the plotting options.
+``spec["roles"]`` names the variants of the roles ``order0`` (the DFlash-style baseline),
+``order1`` (the DSpark-style baseline) and ``ours`` (config ``drafters.roles``); Table 13 also
+takes ``baseline`` and ``arms``; figures also take the plotting options.
 """
 
 from __future__ import annotations
@@ -95,8 +95,13 @@ def _summary(inputs: Mapping[str, Path]) -> GapSummary:
 
 
 def _names(spec: Mapping[str, Any]) -> tuple[str, str, str]:
-    return (str(spec.get("order0", "dflash")), str(spec.get("order1", "dspark")),
-            str(spec.get("ours", "ours")))
+    """The variants in the roles order-0 baseline, order-1 baseline and ours (config
+    ``drafters.roles``, handed over as ``spec["roles"]``)."""
+    roles = spec.get("roles")
+    if not isinstance(roles, Mapping) or any(r not in roles for r in ("order0", "order1", "ours")):
+        raise ValueError("the item's spec lacks roles {order0, order1, ours} (config "
+                         "drafters.roles names the variant of each role)")
+    return str(roles["order0"]), str(roles["order1"]), str(roles["ours"])
 
 
 def _baseline_variants(s: GapSummary, spec: Mapping[str, Any]) -> list[str]:
@@ -337,7 +342,9 @@ def table13_components(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
     """Table 13: accepted length of the one-epoch component arms and the paired change from
     the baseline arm (``spec["baseline"]``; ``spec["arms"]`` orders the rows)."""
     s = _summary(inputs)
-    base = str(spec.get("baseline", "vanilla"))
+    if "baseline" not in spec:
+        raise ValueError("the item's spec lacks the baseline arm (drafters.components.baseline)")
+    base = str(spec["baseline"])
     s.require(base)
     arms = [str(a) for a in spec.get("arms", s.variants)]
     for a in arms:

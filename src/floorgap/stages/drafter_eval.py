@@ -2,7 +2,8 @@
 --rollouts PATHS.parquet --drafter D1.pt [D2.pt ...] --out-paths P1.parquet [P2 ...]
 --out-slots S1.parquet [S2 ...] --log LOG``
 
-Trained drafters on one shard of one domain's anchors (see floorgap.probes.drafter_eval): on
+Trained drafters on one shard of one domain's anchors (see floorgap.probes.drafter_eval, whose
+:func:`~floorgap.probes.drafter_eval.evaluate_shard` this command wraps): on
 exactly the target paths the rollouts stage stored for that shard, each drafter's warped
 proposal at every slot, per path x slot scalars (p, q, TV, accept factor, self chain) and per
 slot risks (R, R^oracle, R^self, exposure), one pair of record files per drafter. The target's
@@ -19,7 +20,6 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 from floorgap.errors import StageError
 from floorgap.stages._cli import run_stage, stage_parser
@@ -43,19 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.progress import progress
-    from floorgap.data.anchors import anchor_contexts
+    from floorgap.data.anchors import anchor_contexts, shard_rows
     from floorgap.models.targets import load_target
-    from floorgap.probes.drafter_eval import (
-        anchor_eval_records,
-        anchor_target,
-        drafter_inputs,
-        evaluate_drafter,
-        load_trained_drafter,
-        path_arrays,
-    )
+    from floorgap.probes.drafter_eval import evaluate_shard, load_drafters, stored_paths
     from floorgap.records import dataclass_rows, read_metadata, read_table, write_table
-    from floorgap.data.anchors import shard_rows
     from floorgap.sampling import SamplingLaw
 
     spec = args.spec
@@ -65,18 +56,7 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
         raise StageError(f"shard {spec['shard']} of {args.anchors} holds no anchors")
     gamma = int(spec["gamma"])
     law = SamplingLaw.from_spec(spec["law"])
-    stored = read_table(args.rollouts)
-    roll_meta = read_metadata(args.rollouts)
-    if int(roll_meta.get("gamma", gamma)) != gamma:
-        raise StageError(f"{args.rollouts} holds gamma={roll_meta.get('gamma')}, not {gamma}")
-    if roll_meta.get("law", spec["law"]) != spec["law"]:
-        raise StageError(f"{args.rollouts} was sampled under law {roll_meta.get('law')}, "
-                         f"not {spec['law']}; rerun the rollouts")
-    by_anchor = {a: g for a, g in stored.groupby("anchor_id", sort=False)}
-    missing = [a for a in anchors.anchor_id if a not in by_anchor]
-    if missing:
-        raise StageError(f"{args.rollouts} lacks paths of {len(missing)} anchors of this shard "
-                         f"(first {missing[0]}); rerun the rollouts")
+    by_anchor = stored_paths(args.rollouts, list(anchors.anchor_id), gamma, spec["law"])
     labels = [str(v) for v in spec["variants"]]
     if not len(labels) == len(args.drafter) == len(args.out_paths) == len(args.out_slots):
         raise StageError(f"{len(labels)} variant labels, {len(args.drafter)} --drafter, "
@@ -87,59 +67,24 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     corpus = read_table(args.corpus)
     anchor_meta = read_metadata(args.anchors)
     model, _ = load_target(args.model_dir, target["dtype"], target["device"])
-    drafters = []
-    for path in args.drafter:
-        try:
-            drafter = load_trained_drafter(path, model)
-        except ValueError as exc:
-            raise StageError(str(exc)) from exc
-        if drafter.gamma != gamma:
-            raise StageError(f"{path} drafts {drafter.gamma} slots, the anchors {gamma}")
-        drafters.append(drafter)
-    contexts = anchor_contexts(corpus, anchors)
-    rows = {label: ([], []) for label in labels}
-    seconds = {label: [] for label in labels}
-    target_seconds = []
-    mismatches = {label: 0 for label in labels}
-    bar = progress(total=len(anchors), desc=f"drafter_eval {len(drafters)} drafters shard "
-                   f"{spec['shard']}", unit="anchor")
-    for a, ctx in zip(anchors.itertuples(index=False), contexts):
-        tokens, logp = path_arrays(by_anchor[a.anchor_id], gamma)
-        at = anchor_target(model, ctx, tokens, logp, law=law,
-                           forward_batch=int(cfg["forward_batch"]))
-        target_seconds.append(at.seconds)
-        inputs: dict[tuple[int, ...], Any] = {}  # drafter inputs by taps, shared
-        for label, drafter in zip(labels, drafters, strict=True):
-            taps = tuple(drafter.cfg.taps)
-            if taps not in inputs:
-                inputs[taps] = drafter_inputs(model, drafter, ctx)
-            ev = evaluate_drafter(model, drafter, at, law=law, anchor_seed=int(a.anchor_seed),
-                                  features=inputs[taps])
-            paths, slots = anchor_eval_records(a.anchor_id, ev)
-            rows[label][0].extend(paths)
-            rows[label][1].extend(slots)
-            seconds[label].append(ev.seconds)
-            n_bad = sum(s.logp_mismatches for s in slots)
-            mismatches[label] += n_bad
-            logger.info("anchor %s %s: %.2f s, %d logp mismatches (max |dp| %.2e), R by slot %s",
-                        a.anchor_id, label, ev.seconds, n_bad,
-                        max(s.logp_max_abs_diff for s in slots),
-                        " ".join(f"{s.risk:.3f}" for s in slots))
-        bar.update()
-    bar.close()
+    drafters = load_drafters(args.drafter, model, gamma)
+    ev = evaluate_shard(model, drafters, labels, anchors, anchor_contexts(corpus, anchors),
+                        by_anchor, law=law, gamma=gamma, forward_batch=int(cfg["forward_batch"]),
+                        desc=f"drafter_eval {len(drafters)} drafters shard {spec['shard']}",
+                        logger=logger)
     for label, drafter, out_paths, out_slots in zip(labels, drafters, args.out_paths,
                                                     args.out_slots, strict=True):
         meta = {"stage": "drafter_eval", "target": target["name"], "variant": label,
                 "domain": anchor_meta.get("domain"), "order": int(drafter.order),
                 "drafter_kind": drafter.cfg.kind, "rollouts": cfg, "law": spec["law"],
                 "gamma": gamma, "shard": spec["shard"], "anchors": len(anchors),
-                "logp_mismatches": mismatches[label], "dtype": target["dtype"],
+                "logp_mismatches": ev.mismatches[label], "dtype": target["dtype"],
                 "device": target["device"], "stand_in_for": anchor_meta.get("stand_in_for")}
-        write_table(out_paths, dataclass_rows(rows[label][0]), meta)
-        write_table(out_slots, dataclass_rows(rows[label][1]), meta)
-    if any(mismatches.values()):
+        write_table(out_paths, dataclass_rows(ev.paths[label]), meta)
+        write_table(out_slots, dataclass_rows(ev.slots[label]), meta)
+    if any(ev.mismatches.values()):
         logger.warning("path-slots whose recomputed p differs from the stored logp by more "
-                       "than the tolerance: %s", mismatches)
+                       "than the tolerance: %s", ev.mismatches)
     logger.info("wrote %d anchors x %d drafters; per anchor: target %.2f s, %s", len(anchors),
-                len(drafters), sum(target_seconds) / len(target_seconds),
-                ", ".join(f"{label} {sum(v) / len(v):.2f} s" for label, v in seconds.items()))
+                len(drafters), sum(ev.target_seconds) / len(ev.target_seconds),
+                ", ".join(f"{label} {sum(v) / len(v):.2f} s" for label, v in ev.seconds.items()))

@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.analysis.floors import RecordMismatch, anchor_slot_table, load_records, summarise
+    from floorgap.analysis.floors import (anchor_slot_table, check_anchor_slot_table,
+                                          load_records, log_record_problems, summarise)
     from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED
     from floorgap.records import write_table
 
@@ -53,10 +54,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     seed = int(spec.get("seed", DEFAULT_BOOT_SEED))
 
     timer = Timer()
-    try:
-        records = load_records(args.anchors, args.paths, args.floors)
-    except RecordMismatch as exc:
-        raise StageError(str(exc)) from exc
+    # A RecordMismatch is a StageError: the stage reports it as one line naming the files.
+    records = load_records(args.anchors, args.paths, args.floors)
     counts = records.issue_counts()
     logger.info("records of %s: %d anchors, %d prompts, gamma=%d, M=%d, top-K=%d, J=%d; "
                 "problems: %s (%.1f s)", records.target, len(records.anchors),
@@ -68,27 +67,13 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     table = anchor_slot_table(records, kmedian_k=ks, kmedian_restarts=restarts, seed=seed)
     logger.info("anchor x slot values (top-K floor, K-median K=%s x %d restarts, N_eff): "
                 "%d cells in %.1f s", ks, restarts, len(table), timer.seconds)
-    if 1 in ks:
-        diff = (table["kmedian_objective_k1"] - table["t0_topk"]).abs().max()
-        if diff > 1e-9:
-            raise StageError(f"K-median at K=1 differs from the top-K floor by {diff:.3g}")
-    mism = (table["n_eff"] - table["n_eff_probe"]).abs() > 1e-6 * table["n_eff"].abs()
-    if mism.any():
-        logger.warning("%d cells: the probe's stored N_eff differs from the current estimator "
-                       "on the same tokens (e.g. %s slot %d: %.3f vs %.3f); the summary uses "
-                       "the current estimator", int(mism.sum()),
-                       table.loc[mism, "anchor_id"].iloc[0], table.loc[mism, "slot"].iloc[0],
-                       table.loc[mism, "n_eff_probe"].iloc[0], table.loc[mism, "n_eff"].iloc[0])
+    check_anchor_slot_table(table, ks)
 
     timer = Timer()
     summary = summarise(table, records, n_boot=n_boot, level=level, kmedian_k=ks, seed=seed)
     logger.info("summary: %d rows (B=%d, level=%.3f) in %.1f s", len(summary), n_boot, level,
                 timer.seconds)
-    for stat in ("records_corrupt", "records_missing"):
-        row = summary[(summary["statistic"] == stat) & (summary["domain"] == "all")]
-        if len(row) and row["estimate"].iloc[0] > 0:
-            logger.warning("%s: %d (%s)", stat, int(row["estimate"].iloc[0]),
-                           row["note"].iloc[0])
+    log_record_problems(summary)
 
     meta = {"stage": "floors", "target": records.target, "gamma": records.gamma,
             "paths_per_anchor": records.paths_per_anchor, "store_top_k": records.top_k,

@@ -7,7 +7,7 @@ of every evaluated drafter variant, with Hajek weights and prompt-cluster bootst
 (long format). See :mod:`floorgap.analysis.gaps` for the statistics.
 
 The spec is the config's ``analysis`` section: ``bootstrap`` (B), ``level``; optional ``seed``,
-``contrasts`` (list of [a, b] variant pairs, default [["ours", "dspark"]]), ``sweeps`` (default
+``contrasts`` (required: list of [a, b] variant pairs, possibly empty), ``sweeps`` (default
 true; the coordinate sweeps are the costly part) and ``labels`` (renames variants, e.g. the
 final weights of a trajectory variant to ``<variant>@epoch-<E>``).
 """
@@ -39,7 +39,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     from floorgap.analysis.gaps import (
-        DEFAULT_CONTRASTS,
         RecordMismatch,
         load_records,
         per_anchor_floor_check,
@@ -54,7 +53,10 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     except KeyError as exc:
         raise StageError(f"--spec lacks analysis key {exc}") from exc
     seed = int(spec.get("seed", DEFAULT_BOOT_SEED))
-    contrasts = [tuple(c) for c in spec.get("contrasts", DEFAULT_CONTRASTS)]
+    if "contrasts" not in spec:
+        raise StageError("--spec lacks 'contrasts' (pairs [a, b] of variants to compare; "
+                         "the workflow names ours and the order-1 baseline from drafters.roles)")
+    contrasts = [tuple(c) for c in spec["contrasts"]]
     sweeps = bool(spec.get("sweeps", True))
 
     timer = Timer()

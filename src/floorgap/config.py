@@ -1,0 +1,243 @@
+"""The workflow's decisions, resolved once from a validated config.
+
+The Snakemake rules only name files, resources and the command; everything they would otherwise
+decide lives here, where unit tests reach it: which drafters exist and in which role (the
+order-0 baseline, the order-1 baseline, ours), which (variant, weights) pairs each evaluation
+group and each gaps summary reads, the seed keys and epochs of the component arms, the
+consistency checks between config sections, and the spec (a plain dict) each stage command
+receives. :func:`resolve` turns the config into a :class:`WorkflowSpec`; :func:`as_json` makes a
+spec the stable string a rule passes as ``params``, so a rule reruns exactly when the part of
+the config it reads changes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The evaluation groups of drafter_eval and the summaries of gaps (paper Tables 5-8, 10, 13).
+SUMMARIES = ("summary", "trajectory", "components")
+#: The drafter roles every gap-half item is built from (paper Secs. 3.3, 4).
+ROLES = ("order0", "order1", "ours")
+#: The seed key every component arm shares, so that the arms start from the same draws.
+COMPONENTS_SEED_KEY = "components"
+
+
+class ConfigError(ValueError):
+    """Config sections that validate one by one but contradict each other."""
+
+
+def as_json(obj: Any) -> str:
+    """A spec as compact, key-sorted JSON (stable across runs, so params compare equal)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One drafter's weights evaluated on the rollout paths: ``weights`` is ``final`` or
+    ``epoch-<e>`` (an earlier epoch of the training trajectory)."""
+
+    variant: str
+    weights: str
+
+    @property
+    def label(self) -> str:
+        """The name its records carry: the variant for final weights, else variant@epoch-e."""
+        return self.variant if self.weights == "final" else f"{self.variant}@{self.weights}"
+
+
+@dataclass
+class WorkflowSpec:
+    """The resolved config: names, roles, evaluation groups and the per-stage specs."""
+
+    config: Mapping[str, Any]
+    targets: list[str] = field(init=False)
+    domains: list[str] = field(init=False)
+    primary: str = field(init=False)
+    variants: list[str] = field(init=False)
+    arms: list[str] = field(init=False)
+    trajectory: list[str] = field(init=False)
+    roles: dict[str, str] = field(init=False)
+    eval_groups: dict[str, list[Evaluation]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        cfg = self.config
+        drafters = cfg["drafters"]
+        self.targets = list(cfg["targets"])
+        self.domains = list(cfg["domains"])
+        self.primary = cfg.get("primary_target", self.targets[0])
+        self.variants = list(drafters["variants"])
+        self.arms = list(drafters["components"]["arms"])
+        self.trajectory = list(drafters["trajectory"])
+        self.roles = dict(drafters["roles"])
+        check_consistency(self)
+        self.eval_groups = {
+            "summary": [Evaluation(v, "final") for v in self.variants],
+            "trajectory": [Evaluation(v, f"epoch-{e}") for v in self.trajectory
+                           for e in range(1, self.variant_epochs(v))],
+            "components": [Evaluation(arm, "final") for arm in self.arms],
+        }
+
+    # ---------------------------------------------------------------- names and settings
+
+    @property
+    def drafter_names(self) -> list[str]:
+        """Every trained drafter: the variants and the component arms (one namespace)."""
+        return self.variants + self.arms
+
+    def shards(self) -> range:
+        return range(self.config["rollouts"]["shards"])
+
+    def gpus(self, target: str) -> int:
+        """GPUs a model-running job of this target requests (0 on CPU targets)."""
+        return 1 if self.config["targets"][target]["device"].startswith("cuda") else 0
+
+    def drafter_gpus(self, target: str) -> int:
+        return self.gpus(target) * int(self.config["drafters"]["train"].get("processes", 1))
+
+    def target(self, name: str) -> dict[str, Any]:
+        return {"name": name, **self.config["targets"][name]}
+
+    def domain(self, name: str) -> dict[str, Any]:
+        return {"name": name, **self.config["domains"][name]}
+
+    def variant_entry(self, name: str) -> dict[str, Any]:
+        """A drafter's config entry with its name; component arms train for components.epochs
+        and share one seed key (the same initial draws)."""
+        drafters = self.config["drafters"]
+        if name in drafters["variants"]:
+            return {"name": name, **drafters["variants"][name]}
+        components = drafters["components"]
+        return {"name": name, "epochs": components["epochs"], "seed_key": COMPONENTS_SEED_KEY,
+                **components["arms"][name]}
+
+    def variant_epochs(self, name: str) -> int:
+        entry = self.variant_entry(name)
+        return int(entry.get("epochs", self.config["drafters"]["train"]["epochs"]))
+
+    def summary_evaluations(self, summary: str) -> list[Evaluation]:
+        """The evaluations a gaps summary reads: its evaluation group, and for the trajectory
+        also the final weights (the last epoch)."""
+        if summary == "trajectory":
+            return self.eval_groups["trajectory"] + [Evaluation(v, "final")
+                                                     for v in self.trajectory]
+        return self.eval_groups[summary]
+
+    # ---------------------------------------------------------------- stage specs
+
+    def models_spec(self, target: str) -> dict[str, Any]:
+        return self.target(target)
+
+    def corpus_spec(self, target: str, domain: str) -> dict[str, Any]:
+        cfg = self.config
+        return {"target": self.target(target), "domain": self.domain(domain),
+                "corpus": cfg["corpus"], "law": cfg["evaluation_law"], "seed": cfg["seed"]}
+
+    def anchors_spec(self, domain: str) -> dict[str, Any]:
+        return {"domain": domain, "anchors": self.config["anchors"], "seed": self.config["seed"]}
+
+    def rollouts_spec(self, target: str, shard: int) -> dict[str, Any]:
+        cfg = self.config
+        return {"target": self.target(target), "rollouts": cfg["rollouts"],
+                "law": cfg["evaluation_law"], "gamma": cfg["anchors"]["gamma"],
+                "shard": int(shard)}
+
+    def mi_spec(self, target: str) -> dict[str, Any]:
+        """What the MI probe reads; the ESS gates only enter the report, so they are left out."""
+        cfg = self.config
+        return {"target": self.target(target),
+                "mi": {k: v for k, v in cfg["mi"].items() if k != "ess_gates"},
+                "law": cfg["evaluation_law"], "gamma": cfg["anchors"]["gamma"],
+                "forward_batch": cfg["rollouts"]["forward_batch"]}
+
+    def analysis_spec(self, **extra: Any) -> dict[str, Any]:
+        """Estimation settings; the config seed keys the bootstrap and K-median draws."""
+        return {**self.config["analysis"], "seed": self.config["seed"], **extra}
+
+    def drafter_data_spec(self, target: str) -> dict[str, Any]:
+        cfg = self.config
+        return {"target": self.target(target), "domains": [self.domain(d) for d in self.domains],
+                "training_data": cfg["drafters"]["training_data"], "corpus": cfg["corpus"],
+                "gamma": cfg["anchors"]["gamma"], "seed": cfg["seed"]}
+
+    def drafters_spec(self, target: str, variant: str) -> dict[str, Any]:
+        cfg = self.config
+        return {"target": self.target(target), "variant": self.variant_entry(variant),
+                "export_epochs": variant in self.trajectory, "taps": cfg["drafters"]["taps"],
+                "train": cfg["drafters"]["train"], "gamma": cfg["anchors"]["gamma"],
+                "seed": cfg["seed"]}
+
+    def drafter_eval_spec(self, target: str, shard: int, group: str) -> dict[str, Any]:
+        cfg = self.config
+        return {"target": self.target(target), "rollouts": cfg["rollouts"],
+                "law": cfg["evaluation_law"], "gamma": cfg["anchors"]["gamma"],
+                "shard": int(shard), "variants": [e.label for e in self.eval_groups[group]]}
+
+    def gaps_spec(self, summary: str) -> dict[str, Any]:
+        """The analysis settings of one gaps summary: its contrasts (ours against the order-1
+        baseline; each component arm against the baseline arm), labels and sweeps."""
+        if summary == "trajectory":
+            # The final weights are the last epoch's: label them so.
+            return self.analysis_spec(
+                labels={v: f"{v}@epoch-{self.variant_epochs(v)}" for v in self.trajectory},
+                contrasts=[], sweeps=False)
+        if summary == "components":
+            base = self.config["drafters"]["components"]["baseline"]
+            return self.analysis_spec(contrasts=[[arm, base] for arm in self.arms if arm != base],
+                                      sweeps=False)
+        return self.analysis_spec(contrasts=[[self.roles["ours"], self.roles["order1"]]])
+
+    def report_spec(self, reads: str, kind: str) -> dict[str, Any]:
+        """The options one report item receives: the plotting options (figures only, so a
+        plotting change reruns nothing upstream), the drafter roles (gap-half items) and the
+        bootstrap and ESS gates (the MI table)."""
+        cfg = self.config
+        spec: dict[str, Any] = dict(cfg["figures"]) if kind == "figure" else {}
+        if reads.startswith("gaps"):
+            spec["roles"] = self.roles
+        if reads == "gaps_components":
+            spec["baseline"] = cfg["drafters"]["components"]["baseline"]
+            spec["arms"] = self.arms
+        if reads == "mi":
+            spec["analysis"] = {"bootstrap": cfg["analysis"]["bootstrap"],
+                                "level": cfg["analysis"]["level"], "seed": cfg["seed"]}
+            spec["ess_gates"] = cfg["mi"]["ess_gates"]
+        return spec
+
+
+def check_consistency(spec: WorkflowSpec) -> None:
+    """Cross-section checks the JSON schema cannot express; each error names the fix."""
+    cfg = spec.config
+    if spec.primary not in spec.targets:
+        raise ConfigError(f"primary_target {spec.primary!r} is not a key of targets "
+                          f"({', '.join(spec.targets)}); name one of them or drop primary_target "
+                          "to use the first")
+    clash = sorted(set(spec.variants) & set(spec.arms))
+    if clash:
+        raise ConfigError(f"drafters.components.arms reuses the variant name(s) {clash}; "
+                          "give the component arms their own names")
+    baseline = cfg["drafters"]["components"]["baseline"]
+    if baseline not in spec.arms:
+        raise ConfigError(f"drafters.components.baseline {baseline!r} is not one of the arms "
+                          f"({', '.join(spec.arms)})")
+    unknown = sorted(set(spec.trajectory) - set(spec.variants))
+    if unknown:
+        raise ConfigError(f"drafters.trajectory names {unknown}, which are not "
+                          "drafters.variants; list variant names")
+    for role in ROLES:
+        name = spec.roles.get(role)
+        if name not in spec.variants:
+            raise ConfigError(f"drafters.roles.{role} is {name!r}, which is not one of "
+                              f"drafters.variants ({', '.join(spec.variants)}); name the variant "
+                              "that plays this role")
+    order0 = cfg["drafters"]["variants"][spec.roles["order0"]]["kind"]
+    if order0 != "dflash":
+        raise ConfigError(f"drafters.roles.order0 {spec.roles['order0']!r} is a {order0} drafter; "
+                          "the order-0 baseline must be of kind dflash (q_k depends on X only)")
+
+
+def resolve(config: Mapping[str, Any]) -> WorkflowSpec:
+    """The resolved :class:`WorkflowSpec` of a schema-validated config."""
+    return WorkflowSpec(config)

@@ -1,0 +1,179 @@
+"""The package's shape: layers only point down, no function is too long to read, one stage
+name everywhere."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "floorgap"
+
+#: Layer of each top-level part of the package; a module may import only its own layer or lower
+#: ones. Bottom: shared plumbing (errors, progress, seeds, records, sampling, the config
+#: resolver); then the estimators (maths); the sampling law, data, models and probes (they run
+#: models); analysis
+#: (records -> summaries); reports (summaries -> figures and tables); the stage commands; the
+#: console entry.
+LAYERS: dict[str, int] = {
+    "floorgap": 0, "errors": 0, "progress": 0, "seeds": 0, "records": 0, "config": 0,
+    "estimators": 1,
+    "sampling": 2, "data": 2, "models": 2, "probes": 2,
+    "analysis": 3,
+    "reports": 4,
+    "stages": 5,
+    "cli": 6, "__main__": 6,
+}
+MAX_FUNCTION_LINES = 80
+
+
+def module_name(path: Path, root: Path = SRC) -> str:
+    parts = ["floorgap", *path.relative_to(root).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    key = parts[1] if len(parts) > 1 else "floorgap"
+    if key not in LAYERS:
+        raise KeyError(f"{module}: no layer assigned; add {key!r} to LAYERS in {__file__}")
+    return LAYERS[key]
+
+
+def floorgap_imports(source: str, module: str) -> set[str]:
+    """Every floorgap module ``source`` imports (at any depth, absolute or relative)."""
+    found: set[str] = set()
+    package = module.split(".")[:-1]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "floorgap")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            if base.split(".")[0] != "floorgap":
+                continue
+            if base == "floorgap":  # `from floorgap import x`: x is a submodule or a name
+                found.update(f"floorgap.{a.name}" if a.name in LAYERS else base for a in node.names)
+            else:
+                found.add(base)
+    return found
+
+
+def upward_imports(modules: dict[str, str]) -> list[str]:
+    """``importer -> imported`` for every import that points to a higher layer."""
+    bad = []
+    for module, source in sorted(modules.items()):
+        for imported in sorted(floorgap_imports(source, module)):
+            if layer_of(imported) > layer_of(module):
+                bad.append(f"{module} (layer {layer_of(module)}) -> {imported} "
+                           f"(layer {layer_of(imported)})")
+    return bad
+
+
+def package_sources() -> dict[str, str]:
+    """Module name -> source; a package's ``__init__`` is keyed ``<package>.__init__`` so that
+    its relative imports resolve inside the package."""
+    return {module_name(p) + (".__init__" if p.stem == "__init__" and p.parent != SRC else ""):
+            p.read_text() for p in sorted(SRC.rglob("*.py"))}
+
+
+def test_layers_only_point_down() -> None:
+    assert upward_imports(package_sources()) == []
+
+
+def test_layer_check_catches_an_inverted_import() -> None:
+    # An estimator that reaches up into the analysis layer, and a data module that imports a
+    # stage command (the old `from floorgap.cli import StageError`), are both caught.
+    modules = {
+        "floorgap.estimators.bad": "from floorgap.analysis.floors import summarise\n",
+        "floorgap.data.bad": "def f():\n    from floorgap.stages._cli import run_stage\n",
+        "floorgap.reports.fine": "from floorgap.analysis import floors\nfrom . import common\n",
+    }
+    bad = upward_imports(modules)
+    assert bad == [
+        "floorgap.data.bad (layer 2) -> floorgap.stages._cli (layer 5)",
+        "floorgap.estimators.bad (layer 1) -> floorgap.analysis.floors (layer 3)",
+    ]
+
+
+def test_every_module_has_a_layer() -> None:
+    for module in package_sources():
+        layer_of(module)
+
+
+def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int]]:
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = node.end_lineno - node.lineno + 1
+            if length > limit:
+                out.append((node.name, length))
+    return out
+
+
+def test_no_function_over_80_lines() -> None:
+    found = {m: long for m, s in package_sources().items() if (long := long_functions(s))}
+    assert found == {}, f"split these into named steps (limit {MAX_FUNCTION_LINES} lines): {found}"
+
+
+def test_function_length_check_counts_lines() -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    assert long_functions(f"def f():\n{body}\n") == [("f", MAX_FUNCTION_LINES + 1)]
+    assert long_functions(f"def f():\n{body}\n", limit=MAX_FUNCTION_LINES + 1) == []
+
+
+def test_library_modules_do_not_import_stages() -> None:
+    for module, source in package_sources().items():
+        if layer_of(module) < LAYERS["stages"]:
+            assert not any(i.startswith("floorgap.stages") or i == "floorgap.cli"
+                           for i in floorgap_imports(source, module)), module
+
+
+@pytest.mark.parametrize("stage", sorted(__import__("floorgap.stages").stages.STAGES))
+def test_each_stage_has_its_module(stage: str) -> None:
+    assert (SRC / "stages" / f"{stage}.py").is_file()
+
+
+def test_each_stage_module_is_listed() -> None:
+    from floorgap.stages import STAGES
+
+    modules = {p.stem for p in (SRC / "stages").glob("*.py") if not p.stem.startswith("_")}
+    assert modules == set(STAGES)
+
+
+RULES = SRC.parents[1] / "workflow" / "rules"
+
+
+def test_rules_call_the_floorgap_command() -> None:
+    import re
+
+    from floorgap.stages import STAGES
+
+    text = "\n".join(p.read_text() for p in sorted(RULES.glob("*.smk")))
+    assert "python -m floorgap" not in text
+    commands = re.findall(r'"floorgap (\w+) ', text)
+    assert commands and set(commands) <= set(STAGES)
+    # every stage the workflow runs has its rule file, named like it (values shares paper.smk,
+    # the benchmarks are run by hand)
+    assert set(commands) - {"values"} <= {p.stem for p in RULES.glob("*.smk")}
+
+
+def test_snakefile_includes_every_rule_file() -> None:
+    import re
+
+    snakefile = (SRC.parents[1] / "Snakefile").read_text()
+    included = set(re.findall(r'include: "workflow/rules/(\w+)\.smk"', snakefile))
+    assert included == {p.stem for p in RULES.glob("*.smk")}
+
+
+def test_console_help_lists_every_stage(capsys) -> None:
+    from floorgap.cli import main
+    from floorgap.stages import STAGES
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for stage in STAGES:
+        assert f"  {stage} " in out
+    assert main(["no-such-stage"]) == 2

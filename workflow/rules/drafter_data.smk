@@ -1,0 +1,22 @@
+rule drafter_data:
+    """Training blocks: target responses to training prompts (disjoint from the evaluation
+    corpus) under the training law, with top-K target distributions at every slot."""
+    input:
+        model=lambda w: model_dir(w.target),
+        corpus=per_domain("results/{target}/corpus/{domain}.parquet"),
+    output:
+        "results/{target}/drafter_data/train_data.pt",
+    params:
+        spec=lambda w: as_json(W.drafter_data_spec(w.target)),
+    log:
+        f"{LOGS}/drafter_data/{{target}}.log",
+    threads: 1
+    resources:
+        mem_mb=12000,
+        runtime=240,
+        gpu=lambda w: W.gpus(w.target),
+    conda:
+        CONDA_ENV
+    shell:
+        "floorgap drafter_data --spec {params.spec:q} --model-dir {input.model}"
+        " --corpus {input.corpus} --out {output} --log {log} --threads {threads}"

@@ -1,0 +1,39 @@
+# The gap half (CPU): model gaps against the floors, exposure, free vs serving risk, dependence
+# and best-response gains of the drafters of one target. One summary per evaluation group:
+#   summary     the drafters of drafters.variants (final weights), every statistic;
+#   trajectory  every epoch of the drafters.trajectory variants (table 10);
+#   components  the one-epoch arms of drafters.components, each against the baseline (table 13).
+
+
+def gaps_records(kind):
+    """Every drafter_eval shard a summary reads, for one record kind ("paths" or "slots")."""
+    return lambda w: [
+        eval_record(w.target, e, kind, domain, shard)
+        for e in W.summary_evaluations(w.summary)
+        for domain in W.domains
+        for shard in W.shards()
+    ]
+
+
+rule gaps:
+    """G0, G1, exposure, R^serve vs R, D_k, tau vs tau_indep, single-slot gains, sweeps."""
+    input:
+        anchor_slot="results/{target}/floors/anchor_slot.parquet",
+        paths=gaps_records("paths"),
+        slots=gaps_records("slots"),
+    output:
+        summary="results/{target}/gaps/{summary}.parquet",
+    params:
+        spec=lambda w: as_json(W.gaps_spec(w.summary)),
+    log:
+        f"{LOGS}/gaps/{{target}}/{{summary}}.log",
+    threads: 1
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    conda:
+        CONDA_ENV
+    shell:
+        "floorgap gaps --spec {params.spec:q} --anchor-slot {input.anchor_slot}"
+        " --paths {input.paths} --slots {input.slots} --out-summary {output.summary}"
+        " --log {log} --threads {threads}"

@@ -1,0 +1,53 @@
+# Report items (CPU): one rule per row of floorgap.reports.registry (and of the plugin modules
+# named in the config's report.plugins), named after the item. Each reads an analysis summary of
+# the primary target and gets its options (plotting options for figures, drafter roles for the
+# gap half) as its only params, so a plotting change reruns the figure rules and nothing upstream.
+REPORT_PLUGINS = list(config.get("report", {}).get("plugins", []))
+ITEMS = report_items(REPORT_PLUGINS)
+# What each kind of item reads, as KEY -> file (the item function's `inputs`).
+READS = {
+    "floors": {"summary": f"results/{W.primary}/floors/summary.parquet"},
+    "gaps": {"summary": f"results/{W.primary}/gaps/summary.parquet"},
+    "gaps_trajectory": {"summary": f"results/{W.primary}/gaps/trajectory.parquet"},
+    "gaps_components": {"summary": f"results/{W.primary}/gaps/components.parquet"},
+    "mi": {d: f"results/{W.primary}/mi/{d}.parquet" for d in W.domains},
+}
+
+
+def item_outputs(item):
+    """pdf + png (figures) or tex + csv (tables), the second one in the HTML report."""
+    caption = item.caption or f"../report/{item.name}.rst"
+    (first, second) = item.files
+    return {
+        first.rsplit(".", 1)[1]: first,
+        second.rsplit(".", 1)[1]: report(second, caption=caption, category=item.section),
+        "values": item.values,
+    }
+
+
+for _item in ITEMS.values():
+
+    rule:
+        name:
+            _item.name
+        input:
+            **READS[_item.reads],
+        output:
+            **item_outputs(_item),
+        params:
+            spec=as_json(W.report_spec(_item.reads, _item.kind)),
+            inputs=lambda w, input: " ".join(f"--input {k}={v}" for k, v in input.items()),
+            plugins=" ".join(f"--plugin {p}" for p in REPORT_PLUGINS),
+            out_dir=_item.out_dir,
+        log:
+            f"{LOGS}/report/{_item.name}.log",
+        threads: 1
+        resources:
+            mem_mb=2000,
+            runtime=10,
+        conda:
+            CONDA_ENV
+        shell:
+            "floorgap report {rule} {params.inputs} --spec {params.spec:q} {params.plugins}"
+            " --out-dir {params.out_dir} --out-values {output.values} --log {log}"
+            " --threads {threads}"
