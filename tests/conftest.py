@@ -62,7 +62,7 @@ def smoke_target(tmp_path_factory):
     Returns ``(config, target entry with its name, model folder, scratch folder)``.
     """
     from floorgap.stages._cli import run_stage
-    from floorgap.models.__main__ import build_parser, main
+    from floorgap.stages.models import build_parser, main
 
     cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
     name, target = next(iter(cfg["targets"].items()))

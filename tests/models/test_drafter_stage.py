@@ -10,7 +10,7 @@ import torch
 from floorgap.stages import drafters as train_cli
 from floorgap.stages import drafter_data as data_cli
 from floorgap.stages._cli import run_stage
-from floorgap.data.training_data import load_training_data, sequence
+from floorgap.data.drafter_data import load_drafter_data, sequence
 from floorgap.models.checkpoints import load_final
 from floorgap.records import read_table
 from floorgap.sampling import SamplingLaw
@@ -30,7 +30,7 @@ def _make_data(smoke_domain_records, out):
     assert run_stage(data_cli.main, data_cli.build_parser(),
                      ["--spec", json.dumps(spec), "--model-dir", str(model_dir), "--corpus",
                       str(corpus), "--out", str(out), "--threads", "1"]) == 0
-    return load_training_data(out)
+    return load_drafter_data(out)
 
 
 @pytest.fixture(scope="module")

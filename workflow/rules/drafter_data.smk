@@ -5,7 +5,7 @@ rule drafter_data:
         model=lambda w: model_dir(w.target),
         corpus=per_domain("results/{target}/corpus/{domain}.parquet"),
     output:
-        "results/{target}/drafter_data/train_data.pt",
+        "results/{target}/drafter_data/blocks.pt",
     params:
         spec=lambda w: as_json(W.drafter_data_spec(w.target)),
     log:

@@ -8,7 +8,7 @@ rule drafters:
     epoch under epochs/ for the variants of the training trajectory (table 10)."""
     input:
         model=lambda w: model_dir(w.target),
-        data="results/{target}/drafter_data/train_data.pt",
+        data="results/{target}/drafter_data/blocks.pt",
     output:
         final="results/{target}/drafters/{variant}/final.pt",
         train_log="results/{target}/drafters/{variant}/train_log.jsonl",

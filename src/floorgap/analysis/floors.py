@@ -151,13 +151,19 @@ def _domain_facts(meta: dict[str, Any], anchors: pd.DataFrame) -> dict[str, Any]
             "paper_dataset": prov.get("paper_dataset")}
 
 
+def _read_checked(f: Path, columns: Sequence[str], kind: str) -> pd.DataFrame:
+    """The table of ``f``; :class:`RecordMismatch` when it lacks any of ``columns``."""
+    df = read_table(f)
+    missing = [c for c in columns if c not in df]
+    if missing:
+        raise RecordMismatch(f"{f} lacks {kind} columns {missing}")
+    return df
+
+
 def _read_anchors(files: Sequence[Path]) -> tuple[pd.DataFrame, dict[str, dict], int | None]:
     frames, domains, gammas = [], {}, {}
     for f in files:
-        df = read_table(f)
-        missing = [c for c in ANCHOR_FIELDS if c not in df]
-        if missing:
-            raise RecordMismatch(f"{f} lacks anchor columns {missing}")
+        df = _read_checked(f, ANCHOR_FIELDS, "anchor")
         meta = read_metadata(f)
         if meta.get("gamma") is not None:
             gammas[str(f)] = int(meta["gamma"])
@@ -337,14 +343,8 @@ def _check_file_lists(anchors_files: Sequence[Path], paths_files: Sequence[Path]
 
 def _read_record_files(files: Sequence[Path], columns: Sequence[str], kind: str) -> pd.DataFrame:
     """The rows of ``files`` concatenated, each tagged with its ``source`` file."""
-    frames = []
-    for f in files:
-        df = read_table(f)
-        missing = [c for c in columns if c not in df]
-        if missing:
-            raise RecordMismatch(f"{f} lacks {kind} columns {missing}")
-        frames.append(df.assign(source=str(f)))
-    return pd.concat(frames, ignore_index=True)
+    return pd.concat([_read_checked(f, columns, kind).assign(source=str(f)) for f in files],
+                     ignore_index=True)
 
 
 def _check_coverage(anchors: pd.DataFrame, kind: str, df: pd.DataFrame,

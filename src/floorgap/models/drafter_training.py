@@ -88,7 +88,7 @@ class BlockExamples:
         """Compute the tap features of every sequence; returns the seconds it took."""
         import torch
 
-        from floorgap.data.training_data import sequence
+        from floorgap.data.drafter_data import sequence
         from floorgap.models.drafters import target_features
         from floorgap.progress import Timer
 
@@ -180,7 +180,7 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
     """
     import torch
 
-    from floorgap.data.training_data import load_training_data
+    from floorgap.data.drafter_data import load_drafter_data
     from floorgap.models.checkpoints import latest_checkpoint, run_record
     from floorgap.models.drafters import build_drafter
     from floorgap.models.targets import load_target
@@ -191,7 +191,7 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
 
     target, variant = spec["target"], spec["variant"]
     device = _rank_device(target["device"], world)
-    data = load_training_data(data_path)
+    data = load_drafter_data(data_path)
     data_sha = sha256_file(data_path)
     gamma = int(data["metadata"]["gamma"])
     if gamma != int(spec["gamma"]):

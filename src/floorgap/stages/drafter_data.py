@@ -1,6 +1,6 @@
 """``floorgap drafter_data --spec JSON --model-dir DIR --corpus C1 [C2 ...] --out OUT``
 
-Drafter training data of one target (see floorgap.data.training_data): training prompts per
+Drafter training data of one target (see floorgap.data.drafter_data): training prompts per
 domain, disjoint from the evaluation corpora given with ``--corpus`` (one file per domain of the
 spec; the domain is read from each file's metadata), the target's responses under the training
 law, and the top-K target distribution at every slot of the cut blocks. Writes ``OUT``
@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     import torch
 
-    from floorgap.data.training_data import build_training_data
+    from floorgap.data.drafter_data import build_drafter_data
     from floorgap.models.targets import load_target, read_model_info
     from floorgap.records import atomic_path, read_metadata, read_table, sha256_file
 
@@ -52,7 +52,7 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
         raise StageError(f"no evaluation corpus for domains {missing}")
     target = spec["target"]
     model, tokenizer = load_target(args.model_dir, target["dtype"], target["device"])
-    data = build_training_data(spec, model, tokenizer, excluded, read_model_info(args.model_dir))
+    data = build_drafter_data(spec, model, tokenizer, excluded, read_model_info(args.model_dir))
     data["metadata"]["evaluation_corpora"] = sources
     with atomic_path(args.out) as tmp:
         torch.save(data, tmp)

@@ -1,6 +1,6 @@
 """``floorgap drafters --spec JSON --model-dir DIR --data TRAIN_DATA --out FINAL``
 
-Train one drafter variant on a target's training record (floorgap.data.training_data) and write
+Train one drafter variant on a target's training record (floorgap.data.drafter_data) and write
 ``FINAL`` (``final.pt``): the trainable weights, the filled ``DrafterConfig``, the fingerprint of
 the frozen target tables and the training provenance, atomically. Per-epoch checkpoints and the
 loss log (``log.jsonl``, one record per logged step and per epoch, with tokens/s) go to

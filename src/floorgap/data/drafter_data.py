@@ -51,7 +51,7 @@ from floorgap.progress import Timer, iter_batches, progress
 from floorgap.sampling import SamplingLaw
 from floorgap.seeds import derive_seed, generator_for
 
-log = logging.getLogger("floorgap.training_data")
+log = logging.getLogger("floorgap.drafter_data")
 
 FORMAT = 1
 TENSOR_KEYS = ("tokens", "seq_offsets", "seq_prompt_len", "block_seq", "context_len",
@@ -282,7 +282,7 @@ def _metadata(spec: Mapping[str, Any], st: _Settings, excluded: Mapping[str, set
     }
 
 
-def build_training_data(spec: Mapping[str, Any], model: Any, tokenizer: Any,
+def build_drafter_data(spec: Mapping[str, Any], model: Any, tokenizer: Any,
                         excluded: Mapping[str, set[str]],
                         model_info: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The training record (module docstring) for the domains of ``spec``.
@@ -319,7 +319,7 @@ def sequence(data: Mapping[str, Any], i: int) -> torch.Tensor:
     return data["tokens"][a:b].long()
 
 
-def load_training_data(path: Any) -> dict[str, Any]:
+def load_drafter_data(path: Any) -> dict[str, Any]:
     """Load a training record written by the drafter_data stage."""
     data = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
