@@ -295,3 +295,16 @@ def test_kill_mid_dag_then_rerun_gives_the_same_records(smoke_run: Path, tmp_pat
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     before, after = _record_hashes(smoke_run), _record_hashes(work)
     assert len(after) > 50 and after == before
+
+
+def test_explore_notebook_runs_on_the_records(smoke_run: Path) -> None:
+    """The exploration notebook (Snakemake `notebook:`) runs over a finished run's summaries."""
+    (target,) = yaml.safe_load(SMOKE_CONFIG.read_text())["targets"]
+    out = f"results/{target}/explore/overview.csv"
+    res = snakemake(out, "--cores", "1", "--configfile", str(SMOKE_CONFIG), cwd=smoke_run)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    overview = pd.read_csv(smoke_run / out, index_col=0)
+    cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
+    assert len(overview) == cfg["anchors"]["gamma"]
+    assert {"T0", "R dflash", "R_oracle dspark", "R_oracle ours"} <= set(overview.columns)
+    assert (smoke_run / "results" / "logs" / "explore" / f"{target}.ipynb").exists()
