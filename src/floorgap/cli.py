@@ -17,7 +17,7 @@ from floorgap.stages._cli import run_stage
 
 def usage() -> str:
     width = max(map(len, STAGES))
-    lines = [f"usage: floorgap <stage> [options]   (floorgap <stage> --help for a stage's options)",
+    lines = ["usage: floorgap <stage> [options]   (floorgap <stage> --help for a stage's options)",
              "", "Information floors and model gaps in block drafting: the stages of the workflow.",
              "", "stages:"]
     lines += [f"  {name:<{width}}  {text}" for name, text in STAGES.items()]

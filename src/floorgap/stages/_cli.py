@@ -52,6 +52,17 @@ def stage_parser(prog: str, description: str, *, spec: bool = True) -> argparse.
     return parser
 
 
+def add_files(parser: argparse.ArgumentParser, *options: str,
+              help: dict[str, str] | None = None) -> None:
+    """Required file options: ``"--corpus"`` takes one path, ``"--paths+"`` one or more;
+    ``help`` maps an option (without the ``+``) to its help text."""
+    for option in options:
+        name = option.rstrip("+")
+        parser.add_argument(name, required=True, type=Path,
+                            nargs="+" if option.endswith("+") else None,
+                            help=(help or {}).get(name))
+
+
 def set_threads(threads: int | None) -> None:
     """Limit torch to ``threads`` intra-op threads. On shared CPUs, more threads than the job
     was given makes every thread spin-wait: on 2 busy cores a 135M model decoded ~10x slower

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 
-from floorgap.stages._cli import run_stage, stage_parser
+from floorgap.stages._cli import stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:

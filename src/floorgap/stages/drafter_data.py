@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 
 from floorgap.errors import StageError
-from floorgap.stages._cli import run_stage, stage_parser
+from floorgap.stages._cli import stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:

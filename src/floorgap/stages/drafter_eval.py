@@ -18,27 +18,20 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
-from pathlib import Path
 
 from floorgap.errors import StageError
-from floorgap.stages._cli import run_stage, stage_parser
+from floorgap.stages._cli import add_files, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser("floorgap drafter_eval",
                           "Evaluate drafters on the stored target paths of one shard.")
-    parser.add_argument("--model-dir", required=True, type=Path)
-    parser.add_argument("--corpus", required=True, type=Path)
-    parser.add_argument("--anchors", required=True, type=Path)
-    parser.add_argument("--rollouts", required=True, type=Path,
-                        help="the rollouts stage's paths-{shard}.parquet of this shard")
-    parser.add_argument("--drafter", required=True, nargs="+", type=Path,
-                        help="trained drafters (final.pt or epochs/epoch-<e>.pt)")
-    parser.add_argument("--out-paths", required=True, nargs="+", type=Path,
-                        help="one per drafter, in the same order")
-    parser.add_argument("--out-slots", required=True, nargs="+", type=Path,
-                        help="one per drafter, in the same order")
+    add_files(parser, "--model-dir", "--corpus", "--anchors", "--rollouts", "--drafter+",
+              "--out-paths+", "--out-slots+",
+              help={"--rollouts": "the rollouts stage's paths-{shard}.parquet of this shard",
+                    "--drafter": "trained drafters (final.pt or epochs/epoch-<e>.pt)",
+                    "--out-paths": "one per drafter, in the same order",
+                    "--out-slots": "one per drafter, in the same order"})
     return parser
 
 

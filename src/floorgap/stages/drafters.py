@@ -45,7 +45,7 @@ import sys
 from pathlib import Path
 
 from floorgap.errors import StageError
-from floorgap.stages._cli import run_stage, stage_parser
+from floorgap.stages._cli import stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:

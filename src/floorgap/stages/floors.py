@@ -16,25 +16,19 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
-from pathlib import Path
 
 from floorgap.errors import StageError
 from floorgap.progress import Timer
-from floorgap.stages._cli import run_stage, stage_parser
+from floorgap.stages._cli import add_files, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser("floorgap floors", "Floors of one target: anchor x slot values and "
                           "their Hajek/bootstrap summary.")
-    parser.add_argument("--anchors", required=True, nargs="+", type=Path,
-                        help="anchors file of every domain (their order is the domain order)")
-    parser.add_argument("--paths", required=True, nargs="+", type=Path,
-                        help="rollouts paths-<shard>.parquet files")
-    parser.add_argument("--floors", required=True, nargs="+", type=Path,
-                        help="rollouts floors-<shard>.parquet files")
-    parser.add_argument("--out-anchor-slot", required=True, type=Path)
-    parser.add_argument("--out-summary", required=True, type=Path)
+    add_files(parser, "--anchors+", "--paths+", "--floors+", "--out-anchor-slot", "--out-summary",
+              help={"--anchors": "anchors file of every domain (their order is the domain order)",
+                    "--paths": "rollouts paths-<shard>.parquet files",
+                    "--floors": "rollouts floors-<shard>.parquet files"})
     return parser
 
 

@@ -16,24 +16,19 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
-from pathlib import Path
 
 from floorgap.errors import StageError
 from floorgap.progress import Timer
-from floorgap.stages._cli import run_stage, stage_parser
+from floorgap.stages._cli import add_files, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser("floorgap gaps", "Gaps, exposure, serving risk, dependence "
                           "and best responses of the drafters of one target.")
-    parser.add_argument("--anchor-slot", required=True, type=Path,
-                        help="the floors stage's anchor x slot table")
-    parser.add_argument("--paths", required=True, nargs="+", type=Path,
-                        help="drafter_eval paths-<shard>.parquet files (every variant)")
-    parser.add_argument("--slots", required=True, nargs="+", type=Path,
-                        help="drafter_eval slots-<shard>.parquet files (every variant)")
-    parser.add_argument("--out-summary", required=True, type=Path)
+    add_files(parser, "--anchor-slot", "--paths+", "--slots+", "--out-summary",
+              help={"--anchor-slot": "the floors stage's anchor x slot table",
+                    "--paths": "drafter_eval paths-<shard>.parquet files (every variant)",
+                    "--slots": "drafter_eval slots-<shard>.parquet files (every variant)"})
     return parser
 
 

@@ -16,19 +16,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
-from pathlib import Path
 
-from floorgap.stages._cli import run_stage, stage_parser
+from floorgap.stages._cli import add_files, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser("floorgap mi", "Measure mutual-information recovery at one domain's "
                                          "anchors.")
-    parser.add_argument("--model-dir", required=True, type=Path)
-    parser.add_argument("--corpus", required=True, type=Path)
-    parser.add_argument("--anchors", required=True, type=Path)
-    parser.add_argument("--out", required=True, type=Path)
+    add_files(parser, "--model-dir", "--corpus", "--anchors", "--out")
     return parser
 
 
