@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from floorgap.records import atomic_path
+
 
 @dataclass(frozen=True)
 class Row:
@@ -275,7 +277,7 @@ def run(argv: list[str] | None = None) -> int:
         if args.json == "-":
             print(text)
         else:
-            with open(args.json, "w", encoding="utf-8") as fh:
-                fh.write(text + "\n")
+            with atomic_path(args.json) as tmp:
+                tmp.write_text(text + "\n", encoding="utf-8")
     return 0
 
