@@ -128,7 +128,7 @@ def test_table10_trajectory_reads_every_epoch(tmp_path):
     s = GapSummary(summary)
     assert s.variants == ["ours@epoch-1", "ours@epoch-2", "ours@epoch-3"]
     assert not (s.df["statistic"].str.startswith("sweep")).any()
-    values = _run_item("table10_trajectory", summary, tmp_path)
+    values = _run_item("table10_trajectory", summary, tmp_path, {"roles": ROLES})
     csv = pd.read_csv(tmp_path / "tables" / "table10_trajectory.csv")
     assert csv["epoch"].tolist() == [1, 2, 3]
     for e in (1, 2, 3):
@@ -142,7 +142,8 @@ def test_table10_trajectory_reads_every_epoch(tmp_path):
 
 def test_table10_refuses_a_summary_without_epochs(summary_path, tmp_path):
     values = tmp_path / "v.tex"
-    argv = ["table10_trajectory", "--summary", str(summary_path), "--out-dir", str(tmp_path),
+    argv = ["table10_trajectory", "--spec", TABLE_SPEC, "--summary", str(summary_path),
+            "--out-dir", str(tmp_path),
             "--out-values", str(values), "--threads", "1"]
     assert run_stage(main, build_parser(), argv) != 0
     assert not values.exists()
@@ -171,3 +172,16 @@ def test_table13_components_change_is_the_paired_tau_difference(tmp_path):
 
     assert values["\\fgComponentsBest"] == LABELS[best]
     assert "\\fgComponentsShortConvChange" in values
+
+
+def test_macros_are_named_by_role_whatever_the_variants_are_called(tmp_path):
+    """The paper cites \\fgDflash..., \\fgDspark..., \\fgOurs...: renamed variants keep them."""
+    roles = {"order0": "blockwise", "order1": "markov", "ours": "prefix-head"}
+    summary = _summarise(tmp_path, {"blockwise": {"order": 0}, "markov": {"order": 1},
+                                    "prefix-head": {"order": 1}},
+                         {"contrasts": [["prefix-head", "markov"]], "sweeps": False}, "summary")
+    values = _run_item("table8_dependence", summary, tmp_path, {"roles": roles})
+    assert {"\\fgDflashTau", "\\fgDsparkTau", "\\fgDsparkDependenceLast"} <= set(values)
+    assert not any("Blockwise" in m or "Markov" in m for m in values)
+    tex = (tmp_path / "tables" / "table8_dependence.tex").read_text()
+    assert "blockwise" in tex and "markov" in tex  # the tables show the variants' own names

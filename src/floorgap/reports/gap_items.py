@@ -104,6 +104,17 @@ def _names(spec: Mapping[str, Any]) -> tuple[str, str, str]:
     return str(roles["order0"]), str(roles["order1"]), str(roles["ours"])
 
 
+#: The macro stem of each role: the paper's text cites numbers by role (\fgDflash..., \fgDspark...,
+#: \fgOurs...), whatever the variants of a config are called.
+ROLE_STEMS = {"order0": "dflash", "order1": "dspark", "ours": "ours"}
+
+
+def _stem(spec: Mapping[str, Any], variant: str) -> str:
+    """The macro stem of ``variant``: its role's (:data:`ROLE_STEMS`), else its own name."""
+    names = dict(zip(ROLE_STEMS, _names(spec)))
+    return next((ROLE_STEMS[r] for r, v in names.items() if v == variant), variant)
+
+
 def _baseline_variants(s: GapSummary, spec: Mapping[str, Any]) -> list[str]:
     """The order-0 and order-1 baselines present in the summary (at least one is required)."""
     v0, v1, _ = _names(spec)
@@ -223,9 +234,9 @@ def table7_serving_risk(inputs: Mapping[str, Path], spec: Mapping[str, Any], out
                  ["difference", *[_signed(s.get("R_serve_minus_free", v, k)) for k in ks]],
                  ["95\\% CI", *[_ci(s, "R_serve_minus_free", v, k) for k in ks]]]
         L = s.last
-        values[macro_name(v, "free", "risk", "last")] = fmt(s.get("R_free", v, L), 3)
-        values[macro_name(v, "serve", "risk", "last")] = fmt(s.get("R_serve", v, L), 3)
-        values[macro_name(v, "serve", "minus", "free", "last")] = _signed(
+        values[macro_name(_stem(spec, v), "free", "risk", "last")] = fmt(s.get("R_free", v, L), 3)
+        values[macro_name(_stem(spec, v), "serve", "risk", "last")] = fmt(s.get("R_serve", v, L), 3)
+        values[macro_name(_stem(spec, v), "serve", "minus", "free", "last")] = _signed(
             s.get("R_serve_minus_free", v, L))
     if not rows:
         raise ValueError(f"{s.path} has neither {v0!r} nor {v1!r}")
@@ -244,11 +255,11 @@ def table8_dependence(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_d
     rows, values = [], {}
     for v in variants:
         rows.append([_label(v), *[fmt(s.get("D", v, k), 3) for k in s.slots]])
-        values[macro_name(v, "dependence", "last")] = fmt(s.get("D", v, s.last), 2)
-        values[macro_name(v, "tau")] = fmt(s.get("tau", v), 3)
-        values[macro_name(v, "tau", "independent")] = fmt(s.get("tau_independent", v), 3)
-        values[macro_name(v, "tau", "gap")] = fmt(s.get("tau_gap", v), 3)
-        values[macro_name(v, "tau", "gap", "CI")] = _ci(s, "tau_gap", v)
+        values[macro_name(_stem(spec, v), "dependence", "last")] = fmt(s.get("D", v, s.last), 2)
+        values[macro_name(_stem(spec, v), "tau")] = fmt(s.get("tau", v), 3)
+        values[macro_name(_stem(spec, v), "tau", "independent")] = fmt(s.get("tau_independent", v), 3)
+        values[macro_name(_stem(spec, v), "tau", "gap")] = fmt(s.get("tau_gap", v), 3)
+        values[macro_name(_stem(spec, v), "tau", "gap", "CI")] = _ci(s, "tau_gap", v)
     csv = _long(s, ["D", "S", "marginal"], variants, s.slots)
     csv += _long(s, ["tau", "tau_independent", "tau_gap"], variants, [-1])
     _table(rows, ["slot $k$", *map(str, s.slots)], "table8_dependence", out_dir, csv)
@@ -329,10 +340,10 @@ def table10_trajectory(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
                         "n_anchors": s.get("tau", label, field="n_anchors")})
         done = [e for e in epochs if e in by_epoch]
         first, last = s.get("tau", by_epoch[done[0]]), s.get("tau", by_epoch[done[-1]])
-        values[macro_name(v, "trajectory", "tau", "first")] = fmt(first, 2)
-        values[macro_name(v, "trajectory", "tau", "last")] = fmt(last, 2)
-        values[macro_name(v, "trajectory", "epochs")] = str(done[-1])
-        values[macro_name(v, "trajectory", "gain")] = _signed(last - first, 3)
+        values[macro_name(_stem(spec, v), "trajectory", "tau", "first")] = fmt(first, 2)
+        values[macro_name(_stem(spec, v), "trajectory", "tau", "last")] = fmt(last, 2)
+        values[macro_name(_stem(spec, v), "trajectory", "epochs")] = str(done[-1])
+        values[macro_name(_stem(spec, v), "trajectory", "gain")] = _signed(last - first, 3)
     _table(rows, ["Epoch", *map(str, epochs)], "table10_trajectory", out_dir, csv)
     return values
 
@@ -385,11 +396,11 @@ def tableF5_single_slot(inputs: Mapping[str, Path], spec: Mapping[str, Any], out
         rows.append(["95\\% CI", *[_ci(s, "dtau_br", v, k) for k in s.slots]])
         gains = [s.get("dtau_br", v, k) for k in s.slots]
         opt = [s.get("dtau_br_optimism", v, k) for k in s.slots]
-        values[macro_name(v, "best", "response", "first")] = fmt(gains[0], 3)
-        values[macro_name(v, "best", "response", "last")] = fmt(gains[-1], 3)
-        values[macro_name(v, "best", "response", "argmin")] = str(int(np.nanargmin(gains)))
-        values[macro_name(v, "best", "response", "argmax")] = str(int(np.nanargmax(gains)))
-        values[macro_name(v, "best", "response", "optimism", "max")] = fmt(float(np.nanmax(opt)))
+        values[macro_name(_stem(spec, v), "best", "response", "first")] = fmt(gains[0], 3)
+        values[macro_name(_stem(spec, v), "best", "response", "last")] = fmt(gains[-1], 3)
+        values[macro_name(_stem(spec, v), "best", "response", "argmin")] = str(int(np.nanargmin(gains)))
+        values[macro_name(_stem(spec, v), "best", "response", "argmax")] = str(int(np.nanargmax(gains)))
+        values[macro_name(_stem(spec, v), "best", "response", "optimism", "max")] = fmt(float(np.nanmax(opt)))
     _table(rows, ["slot $k$", *map(str, s.slots)], "tableF5_single_slot", out_dir,
            _long(s, ["dtau_br", "dtau_br_in_sample", "dtau_br_optimism"], variants, s.slots))
     return values
@@ -407,11 +418,11 @@ def tableF6_sweeps(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir:
         rows.append([_label(v), fmt(s.get("sweep_isolated_sum", v), 2),
                      f"{fmt(s.get('sweep_forward', v), 2)} {_ci(s, 'sweep_forward', v)}",
                      f"{fmt(s.get('sweep_backward', v), 2)} {_ci(s, 'sweep_backward', v)}"])
-        values[macro_name(v, "sweep", "forward")] = fmt(s.get("sweep_forward", v), 2)
-        values[macro_name(v, "sweep", "backward")] = fmt(s.get("sweep_backward", v), 2)
-        values[macro_name(v, "sweep", "isolated", "sum")] = fmt(s.get("sweep_isolated_sum", v), 2)
-        values[macro_name(v, "sweep", "ratio")] = fmt(s.get("sweep_forward_ratio", v), 2)
-        values[macro_name(v, "sweep", "direction", "difference")] = fmt(
+        values[macro_name(_stem(spec, v), "sweep", "forward")] = fmt(s.get("sweep_forward", v), 2)
+        values[macro_name(_stem(spec, v), "sweep", "backward")] = fmt(s.get("sweep_backward", v), 2)
+        values[macro_name(_stem(spec, v), "sweep", "isolated", "sum")] = fmt(s.get("sweep_isolated_sum", v), 2)
+        values[macro_name(_stem(spec, v), "sweep", "ratio")] = fmt(s.get("sweep_forward_ratio", v), 2)
+        values[macro_name(_stem(spec, v), "sweep", "direction", "difference")] = fmt(
             abs(s.get("sweep_forward", v) - s.get("sweep_backward", v)), 3)
     header = ["", "sum of isolated gains", f"sweep $0\\!\\to\\!{n}$", f"sweep ${n}\\!\\to\\!0$"]
     stats = ["sweep_isolated_sum", "sweep_forward", "sweep_backward",
