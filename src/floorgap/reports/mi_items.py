@@ -6,7 +6,7 @@ per-domain rows). Cells where m >= k (the last m tokens are the whole realised p
 dashes.
 
 Outputs: ``paper/tables/table4_mi_locality.{tex,csv}``; the macros go to the values fragment
-``paper/values/table4_mi_locality.tex`` (written by :mod:`floorgap.report`).
+``paper/values/table4_mi_locality.tex`` (written by ``floorgap report``).
 """
 
 from __future__ import annotations
