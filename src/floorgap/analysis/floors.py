@@ -95,7 +95,6 @@ TOP_FRACTION = 0.1
 ZERO_SPREAD = 1e-9
 
 
-
 @dataclass(frozen=True)
 class Issue:
     """One corrupt, duplicated or missing record row. ``slot``/``path`` are -1 when n/a."""

@@ -305,3 +305,17 @@ def shard_rows(anchors: pd.DataFrame, shard: int, shards: int) -> pd.DataFrame:
         raise StageError(f"shard {shard} is outside 0..{shards - 1}")
     ordered = anchors.sort_values("anchor_id", kind="stable").reset_index(drop=True)
     return ordered.iloc[shard::shards].reset_index(drop=True)
+
+
+def read_shard(anchors_path: Path, corpus_path: Path, *, shard: int, shards: int,
+                      gamma: int) -> tuple[pd.DataFrame, dict[str, Any], pd.DataFrame]:
+    """One shard's anchors (:func:`shard_rows`), the anchors' metadata and the corpus; the shard
+    must hold anchors drawn for this ``gamma`` (the rollouts and drafter_eval stages)."""
+    anchors = shard_rows(read_table(anchors_path), shard, shards)
+    if not len(anchors):
+        raise StageError(f"shard {shard} of {anchors_path} holds no anchors; "
+                         f"lower rollouts.shards (now {shards})")
+    corpus = read_table(corpus_path)
+    anchor_meta = read_metadata(anchors_path)
+    check_anchors_gamma(anchors_path, anchor_meta, gamma)
+    return anchors, anchor_meta, corpus

@@ -22,16 +22,13 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import torch
 
-from floorgap.data.anchors import anchor_contexts, check_anchors_gamma, shard_rows
-from floorgap.errors import StageError
+from floorgap.data.anchors import anchor_contexts
 from floorgap.progress import progress
-from floorgap.records import read_metadata, read_table
 from floorgap.sampling import SamplingLaw, inverse_cdf_sample
 from floorgap.seeds import derive_seed, generator_for
 
@@ -214,20 +211,6 @@ def anchor_records(anchor_id: str, block: SampledBlock, *, store_top_k: int
                         topk_probs=vals[r].flatten().tolist(), residual=res[r].tolist())
              for r in range(M)]
     return paths, floors
-
-
-def read_shard_inputs(anchors_path: Path, corpus_path: Path, *, shard: int, shards: int,
-                      gamma: int) -> tuple[pd.DataFrame, dict[str, Any], pd.DataFrame]:
-    """One shard's anchors, the anchors' metadata and the corpus; the shard must hold anchors
-    drawn for this ``gamma``."""
-    anchors = shard_rows(read_table(anchors_path), shard, shards)
-    if not len(anchors):
-        raise StageError(f"shard {shard} of {anchors_path} holds no anchors; "
-                         f"lower rollouts.shards (now {shards})")
-    corpus = read_table(corpus_path)
-    anchor_meta = read_metadata(anchors_path)
-    check_anchors_gamma(anchors_path, anchor_meta, gamma)
-    return anchors, anchor_meta, corpus
 
 
 @dataclass

@@ -36,18 +36,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.data.anchors import anchor_contexts, shard_rows
+    from floorgap.data.anchors import anchor_contexts, read_shard
     from floorgap.models.targets import load_target
     from floorgap.probes.drafter_eval import evaluate_shard, load_drafters, stored_paths
-    from floorgap.records import dataclass_rows, read_metadata, read_table, write_table
+    from floorgap.records import dataclass_rows, write_table
     from floorgap.sampling import SamplingLaw
 
     spec = args.spec
     cfg, target = spec["rollouts"], spec["target"]
-    anchors = shard_rows(read_table(args.anchors), int(spec["shard"]), int(cfg["shards"]))
-    if not len(anchors):
-        raise StageError(f"shard {spec['shard']} of {args.anchors} holds no anchors")
     gamma = int(spec["gamma"])
+    anchors, anchor_meta, corpus = read_shard(args.anchors, args.corpus, shard=int(spec["shard"]),
+                                              shards=int(cfg["shards"]), gamma=gamma)
     law = SamplingLaw.from_spec(spec["law"])
     by_anchor = stored_paths(args.rollouts, list(anchors.anchor_id), gamma, spec["law"])
     labels = [str(v) for v in spec["variants"]]
@@ -57,8 +56,6 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
                          "--out-slots: give one of each per drafter, in the same order")
     if len(set(labels)) != len(labels):
         raise StageError(f"variant labels repeat ({labels}); each drafter needs its own")
-    corpus = read_table(args.corpus)
-    anchor_meta = read_metadata(args.anchors)
     model, _ = load_target(args.model_dir, target["dtype"], target["device"])
     drafters = load_drafters(args.drafter, model, gamma)
     ev = evaluate_shard(model, drafters, labels, anchors, anchor_contexts(corpus, anchors),

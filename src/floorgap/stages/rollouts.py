@@ -26,14 +26,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     from floorgap.models.targets import load_target
-    from floorgap.probes.rollouts import read_shard_inputs, roll_out_anchors
+    from floorgap.data.anchors import read_shard
+    from floorgap.probes.rollouts import roll_out_anchors
     from floorgap.records import dataclass_rows, write_table
     from floorgap.sampling import SamplingLaw
 
     spec = args.spec
     cfg, target = spec["rollouts"], spec["target"]
     gamma = int(spec["gamma"])
-    anchors, anchor_meta, corpus = read_shard_inputs(
+    anchors, anchor_meta, corpus = read_shard(
         args.anchors, args.corpus, shard=int(spec["shard"]), shards=int(cfg["shards"]),
         gamma=gamma)
     law = SamplingLaw.from_spec(spec["law"])
