@@ -20,6 +20,7 @@ from floorgap.estimators.floors import (
     floor_order0_split,
     floor_order1_plugin,
     floor_order1_split,
+    order0_path_tv,
 )
 from floorgap.estimators.support import effective_support
 from floorgap.records import write_table
@@ -48,14 +49,18 @@ def records_of(anchor_id: str, P: np.ndarray, tokens: np.ndarray, K: int):
         pred = None if k == 0 else tok[:, k - 1]
         t1 = floor_order1_split(Pt[k], pred)
         plug = float(floor_order1_plugin(Pt[k], pred))
+        tv0 = order0_path_tv(Pt[k])
+        t0_cov = float(tv0[t1.covered].mean()) if bool(t1.covered.any()) else float("nan")
         floors.append({
             "anchor_id": anchor_id, "slot": k, "t0": float(t0[k]), "t0_split": float(t0s[k]),
+            "t0_covered": t0_cov,
             "t1_split_cov": float(t1.value_covered), "t1_covered_mass": float(t1.covered_mass),
             "t1_lower": float(t1.lower), "t1_upper": float(t1.upper),
             "t1_uncovered_paths": int(t1.n_uncovered_paths), "t1_plugin": plug,
             "t1_reweighted": float("nan") if k == 0 else plug,
             "t1_reweighted_ess_min": float("nan") if k == 0 else M - 2.0,
             "t1_reweighted_ess_mean": float("nan") if k == 0 else M - 1.0,
+            "t1_reweighted_undefined": 0,
             "n_eff": effective_support(tok[:, :k]).n_eff})
     order = np.argsort(-P, axis=-1)[..., :K]  # [gamma, M, K]
     vals = np.take_along_axis(P, order, -1)

@@ -99,6 +99,59 @@ def test_hajek_means_and_ratios_match_the_anchor_table(synthetic):
     assert stat(summary, "T0", 0).estimate == 0.0
 
 
+def test_covered_statistics_share_one_population(synthetic):
+    """T1_split_covered weights each anchor's T_cov by its covered mass c, so the anchor
+    means of the bounds are c T_cov and c T_cov + 1 - c with the population c (the paper's
+    T = c T_cov + (1 - c) T_uncov); the share removed compares T_cov with T^(0) on the same
+    covered paths. The old unweighted mean and the T_cov-against-all-paths share fail this."""
+    _, rec, table, summary = synthetic
+    checked = 0
+    for k in range(1, rec.gamma):
+        cells = table[table.slot == k]
+        w = 1 / torch.tensor(cells.pi.to_numpy())
+        c = torch.tensor(cells.t1_covered_mass.to_numpy())
+        tcov = torch.nan_to_num(torch.tensor(cells.t1_split_cov.to_numpy()))
+        t0cov = torch.nan_to_num(torch.tensor(cells.t0_covered.to_numpy()))
+        if float(c.sum()) == 0:
+            continue
+        checked += 1
+        t1 = stat(summary, "T1_split_covered", k).estimate
+        assert t1 == pytest.approx(float((w * c * tcov).sum() / (w * c).sum()))
+        c_pop = stat(summary, "T1_covered_mass", k).estimate
+        assert c_pop == pytest.approx(float((w * c).sum() / w.sum()))
+        assert stat(summary, "T1_split_lower", k).estimate == pytest.approx(c_pop * t1)
+        assert stat(summary, "T1_split_upper", k).estimate == pytest.approx(c_pop * t1 + 1 - c_pop)
+        share = float((w * c * (t0cov - tcov)).sum() / (w * c * t0cov).sum())
+        assert stat(summary, "share_removed_split_covered", k).estimate == pytest.approx(share)
+        t0c = stat(summary, "T0_covered", k).estimate
+        assert 1 - t1 / t0c == pytest.approx(share)
+    assert checked >= 1
+
+
+def test_undefined_revealed_tokens_are_counted_and_fail_above_the_share(tmp_path):
+    from floorgap.analysis.floors import check_reveal_undefined
+    from floorgap.errors import StageError
+
+    files = build_records(tmp_path, anchors_per_domain=4)
+
+    def one_undefined(df):
+        # The first anchor's slot-2 cell lost one of its J = 2 revealed predecessors.
+        first = df.anchor_id == df.anchor_id.iloc[0]
+        df.loc[first & (df.slot == 2), "t1_reweighted_undefined"] = 1
+        return df
+
+    rewrite(files["floors"][0], one_undefined)
+    rec, table, summary = run(files, n_boot=100)
+    assert stat(summary, "T1_reweighted_undefined", 2).estimate == 1
+    assert stat(summary, "T1_reweighted_undefined", 1).estimate == 0
+    share = stat(summary, "T1_reweighted_undefined_share", 2).estimate
+    assert share == pytest.approx(1 / (8 * ROLLOUTS["reveal_paths"]))
+    assert stat(summary, "T1_reweighted_cells_undefined", 2).estimate == 0
+    check_reveal_undefined(summary, 0.1)  # 1/16 is within a 10% allowance
+    with pytest.raises(StageError, match=r"reveal_undefined_max=0.05 \(slot 2: 6.2%\)"):
+        check_reveal_undefined(summary, 0.05)
+
+
 def test_neff_from_tokens_matches_probe(synthetic):
     _, _, table, summary = synthetic
     np.testing.assert_allclose(table.n_eff, table.n_eff_probe)

@@ -43,10 +43,27 @@ def test_needs_two_paths() -> None:
         effective_support(torch.zeros(1, 3, dtype=torch.long))
 
 
-def test_one_collision_is_capped_at_the_path_count():
-    """One colliding pair: 1/lambda_hat = M(M-1)/2 exceeds M; the record keeps M."""
+def test_one_collision_is_not_capped_at_the_path_count():
+    """App. B.6 records M only when no pair collides; one colliding pair gives
+    1/lambda_hat = M(M-1)/2, above M, and that is what is recorded."""
     paths = torch.arange(12).reshape(12, 1)
     paths[1] = paths[0]
     res = effective_support(paths)
     assert res.collision == pytest.approx(2 / (12 * 11))
-    assert res.n_eff == 12.0
+    assert res.n_eff == pytest.approx(12 * 11 / 2)
+
+
+def test_collision_free_family_records_m_and_one_collision_exceeds_it():
+    """A collision-free family of M prefixes records exactly M; adding collisions lowers the
+    value monotonically from M(M-1)/2 (one pair) towards 1 (all equal)."""
+    M = 16
+    free = torch.arange(M * 3).reshape(M, 3)
+    assert effective_support(free).n_eff == float(M)
+    values = []
+    for n_equal in range(2, M + 1):
+        paths = free.clone()
+        paths[:n_equal] = paths[0]
+        values.append(effective_support(paths).n_eff)
+    assert values[0] == pytest.approx(M * (M - 1) / 2)
+    assert all(a > b for a, b in zip(values, values[1:]))
+    assert values[-1] == 1.0

@@ -13,6 +13,11 @@ importance route); this stage adds what the stored top-K reads allow on the CPU:
 * the effective support N_eff of the k-token block prefixes (paper Sec. B.6, D.1), recomputed
   from the path tokens with the current estimator (the probe's value is kept beside it).
 
+The headline order-1 floor is the split-half grouping estimate with its covered mass and
+bounds (paper App. B.3); the importance route is reported beside it as the independent second
+estimate with its ESS (App. C.2). Shares of T^(0) removed compare both floors on one
+population of paths (see :func:`_floor_block`).
+
 :func:`summarise` then aggregates anchors with Hajek weights 1/pi and prompt-cluster bootstrap
 intervals (paper Sec. B.2), one resample per scope ("all" or one domain) shared by every
 statistic of that scope, so all of them are paired.
@@ -60,6 +65,7 @@ __all__ = [
     "Issue",
     "RecordMismatch",
     "anchor_slot_table",
+    "check_reveal_undefined",
     "load_records",
     "summarise",
 ]
@@ -67,18 +73,19 @@ __all__ = [
 log = logging.getLogger("floorgap.floors")
 
 #: The probe's per anchor x slot values (floorgap.probes.rollouts.SlotFloorRecord).
-FLOOR_VALUES = ["t0", "t0_split", "t1_split_cov", "t1_covered_mass", "t1_lower", "t1_upper",
-                "t1_uncovered_paths", "t1_plugin", "t1_reweighted", "t1_reweighted_ess_min",
-                "t1_reweighted_ess_mean", "n_eff"]
+FLOOR_VALUES = ["t0", "t0_split", "t0_covered", "t1_split_cov", "t1_covered_mass", "t1_lower",
+                "t1_upper", "t1_uncovered_paths", "t1_plugin", "t1_reweighted",
+                "t1_reweighted_ess_min", "t1_reweighted_ess_mean", "t1_reweighted_undefined",
+                "n_eff"]
 PATH_FIELDS = ["anchor_id", "path", "tokens", "logp", "topk_ids", "topk_probs", "residual"]
 ANCHOR_FIELDS = ["anchor_id", "prompt_id", "domain", "pi"]
 SUMMARY_COLUMNS = ["statistic", "domain", "slot", "estimate", "lower", "upper", "n_anchors",
                    "note"]
 ANCHOR_SLOT_COLUMNS = [  # the fixed part; K-median columns follow, one pair per K
     "anchor_id", "prompt_id", "domain", "stratum", "pi", "slot", "status",
-    "t0", "t0_split", "t1_split_cov", "t1_covered_mass", "t1_lower", "t1_upper",
+    "t0", "t0_split", "t0_covered", "t1_split_cov", "t1_covered_mass", "t1_lower", "t1_upper",
     "t1_uncovered_paths", "t1_plugin", "t1_reweighted", "t1_reweighted_ess_min",
-    "t1_reweighted_ess_mean", "n_eff_probe",
+    "t1_reweighted_ess_mean", "t1_reweighted_undefined", "n_eff_probe",
     "t0_topk", "t0_topk_band", "t0_topk_lower", "t0_topk_upper", "t0_full_minus_topk",
     "topk_support", "n_eff", "n_distinct_prefixes",
 ]
@@ -93,6 +100,9 @@ NEGLIGIBLE_FLOOR = 0.01
 TOP_FRACTION = 0.1
 #: K-median restart spread at or below this counts as zero (paper Sec. D.2).
 ZERO_SPREAD = 1e-9
+#: Largest share of revealed predecessors at one slot whose importance weights may all be zero
+#: (config ``analysis.reveal_undefined_max``); above it the importance route fails by name.
+REVEAL_UNDEFINED_MAX = 0.05
 
 
 @dataclass(frozen=True)
@@ -232,9 +242,13 @@ def _floor_row_problem(row: Any, gamma: int, reveal: int) -> str | None:
         if problem:
             return problem
     c = float(row.t1_covered_mass)
-    problem = unit("t1_split_cov", allow_nan=c == 0)
-    if problem:
-        return problem
+    for name in ("t1_split_cov", "t0_covered"):
+        problem = unit(name, allow_nan=c == 0)
+        if problem:
+            return problem
+    undefined = float(row.t1_reweighted_undefined)
+    if not (undefined == int(undefined) and 0 <= undefined <= max(reveal, 0)):
+        return f"t1_reweighted_undefined={row.t1_reweighted_undefined!r} outside 0..{reveal}"
     if float(row.t1_lower) > float(row.t1_upper) + _TOL:
         return "t1_lower exceeds t1_upper"
     problem = unit("t1_reweighted", allow_nan=True)
@@ -554,24 +568,30 @@ NOTES = {
     "T0": "Hajek mean of the in-sample full-vocabulary order-0 floor",
     "T0_split": "Hajek mean of the split-half order-0 floor (fit on one half, score on the other)",
     "T0_split_minus_T0": "Hajek mean of split-half minus in-sample order-0 floor (fit check, C.3)",
-    "T1_split_covered": "Hajek mean of the covered split-half order-1 floor T_cov over anchors "
-                        "with covered mass > 0 (grouping by the realised predecessor)",
+    "T1_split_covered": "headline order-1 floor: covered split-half floor T_cov (grouping by "
+                        "the realised predecessor, fit on one half, score on the other), "
+                        "weighted by covered path mass: sum w c T_cov / sum w c",
+    "T0_covered": "in-sample order-0 floor on the same covered paths: sum w c T0_cov / sum w c",
     "T1_covered_mass": "Hajek mean of the covered path mass c of the split-half order-1 floor",
     "T1_split_lower": "Hajek mean of the lower bound c*T_cov of the order-1 floor",
     "T1_split_upper": "Hajek mean of the upper bound c*T_cov + 1 - c of the order-1 floor",
     "T1_split_mid": "Hajek mean of the midpoint c*T_cov + (1 - c)/2 of the order-1 bounds",
     "T1_plugin": "Hajek mean of the in-sample order-1 plug-in (grouping, fit = score)",
-    "T1_reweighted": "Hajek mean of the importance-route order-1 floor (mean over the revealed "
-                     "predecessors of each anchor)",
+    "T1_reweighted": "second estimate: Hajek mean of the importance-route order-1 floor (mean "
+                     "over the revealed predecessors of each anchor with some weight)",
     "T1_reweighted_ess_mean": "Hajek mean of the per-anchor mean Kish ESS of the importance "
                               "weights",
     "T1_reweighted_ess_min": "smallest Kish ESS of the importance weights over anchors and "
                              "revealed predecessors (no interval)",
-    "T1_reweighted_undefined": "count of cells whose importance-route floor is undefined "
-                               "(every weight zero); they are left out of T1_reweighted",
+    "T1_reweighted_undefined": "count of revealed predecessors whose importance weights are "
+                               "all zero; they are left out of their anchor's mean",
+    "T1_reweighted_undefined_share": "share of the slot's revealed predecessors whose "
+                                     "importance weights are all zero",
+    "T1_reweighted_cells_undefined": "count of cells where every revealed predecessor is "
+                                     "undefined; they are left out of T1_reweighted",
     "share_removed_reweighted": "1 - T1/T0 with T1 = importance route; ratio of Hajek sums",
-    "share_removed_split_covered": "1 - T1/T0 with T1 = covered split-half floor T_cov, over "
-                                   "anchors with covered mass > 0; ratio of Hajek sums",
+    "share_removed_split_covered": "headline share removed: 1 - T_cov/T0_cov on the covered "
+                                   "paths, ratio of covered-mass-weighted Hajek sums",
     "share_removed_split_mid": "1 - T1/T0 with T1 = midpoint of the split-half bounds "
                                "c*T_cov + (1 - c)/2; ratio of Hajek sums",
     "share_removed_split_min": "1 - T1/T0 with T1 = upper split-half bound (least share "
@@ -596,7 +616,8 @@ NOTES = {
     "neff_mean": "Hajek mean of N_eff of the k-token block prefixes",
     "neff_min": "smallest N_eff over anchors (no interval)",
     "neff_max": "largest N_eff over anchors (no interval)",
-    "neff_at_cap_share": "Hajek share of anchors with N_eff = M (no two paths share a prefix)",
+    "neff_at_cap_share": "Hajek share of anchors where no two paths share a prefix (N_eff "
+                         "recorded as M)",
     "neff_probe_mismatch": "count of cells where the probe's stored N_eff differs from the "
                            "current estimator on the same tokens (the analysis uses the latter)",
     "corr_log_neff_T0": "Hajek-weighted Pearson correlation of log N_eff (k-token prefixes) "
@@ -713,24 +734,34 @@ def _pooled(x: torch.Tensor, mask: torch.Tensor, slots: Sequence[int]) -> torch.
     return torch.where(mask[:, sl], x[:, sl], torch.zeros_like(x[:, sl])).sum(1, keepdim=True)
 
 
-def _floor_block(rows: list[dict], s: _Scope) -> None:
-    """Per-slot (and pooled) floor statistics of one scope."""
+def _floor_block(rows: list[dict], s: _Scope, reveal_paths: int) -> None:
+    """Per-slot (and pooled) floor statistics of one scope.
+
+    The headline T^(1) is the split-half grouping estimate (paper App. B.3). Its covered value
+    is a ratio over covered path mass, sum_i w_i c_i T_cov,i / sum_i w_i c_i, so that the
+    anchor means of the bounds satisfy lower = c T_cov and upper = c T_cov + 1 - c with the
+    population covered mass c = sum_i w_i c_i / sum_i w_i (the paper's T = c T_cov +
+    (1 - c) T_uncov). Its share removed compares T_cov with T^(0) on the same covered paths.
+    The importance route is the independent second estimate (App. C.2).
+    """
     g = s.gamma
     all_slots, deep = range(g), range(1, g)
     ok = s.matrix("t0").isfinite()
-    t0, t0s = s.matrix("t0"), s.matrix("t0_split")
+    t0, t0s, t0cov = s.matrix("t0"), s.matrix("t0_split"), s.matrix("t0_covered")
     tcov, c = s.matrix("t1_split_cov"), s.matrix("t1_covered_mass")
     lower, upper = s.matrix("t1_lower"), s.matrix("t1_upper")
     plugin, rw = s.matrix("t1_plugin"), s.matrix("t1_reweighted")
     ess_mean, ess_min = s.matrix("t1_reweighted_ess_mean"), s.matrix("t1_reweighted_ess_min")
     mid = lower + 0.5 * (upper - lower)
-    covered = ok & (c > 0) & tcov.isfinite()
+    covered = ok & (c > 0) & tcov.isfinite() & t0cov.isfinite()
     rw_ok = ok & rw.isfinite()
+    c0 = torch.nan_to_num(c)
 
     _emit_slots(rows, "T0", s.name, s.mean(t0, ok), all_slots)
     _emit_slots(rows, "T0_split", s.name, s.mean(t0s, ok), all_slots)
     _emit_slots(rows, "T0_split_minus_T0", s.name, s.mean(t0s - t0, ok), all_slots)
-    _emit_slots(rows, "T1_split_covered", s.name, s.mean(tcov, covered), all_slots)
+    _emit_slots(rows, "T1_split_covered", s.name, s.ratio(c0 * tcov, c0, covered), all_slots)
+    _emit_slots(rows, "T0_covered", s.name, s.ratio(c0 * t0cov, c0, covered), all_slots)
     _emit_slots(rows, "T1_covered_mass", s.name, s.mean(c, ok), all_slots)
     _emit_slots(rows, "T1_split_lower", s.name, s.mean(lower, ok), all_slots)
     _emit_slots(rows, "T1_split_upper", s.name, s.mean(upper, ok), all_slots)
@@ -738,30 +769,57 @@ def _floor_block(rows: list[dict], s: _Scope) -> None:
     _emit_slots(rows, "T1_plugin", s.name, s.mean(plugin, ok), all_slots)
     _emit_slots(rows, "T1_reweighted", s.name, s.mean(rw, rw_ok), deep)
     _emit_slots(rows, "T1_reweighted_ess_mean", s.name, s.mean(ess_mean, rw_ok), deep)
-    nan = float("nan")
-    for k in deep:
-        m = rw_ok[:, k] & ess_min[:, k].isfinite()
-        if bool(m.any()):
-            _emit(rows, "T1_reweighted_ess_min", s.name, k, float(ess_min[m, k].min()), nan,
-                  nan, int(m.sum()))
-        undefined = int((ok[:, k] & ~rw.isfinite()[:, k]).sum())
-        if undefined or k >= 1:
-            _count(rows, "T1_reweighted_undefined", s.name, k, undefined, int(ok[:, k].sum()))
+    _reveal_rows(rows, s, ok, rw_ok, ess_min, reveal_paths)
 
     shares = {
-        "share_removed_reweighted": (rw, rw_ok),
-        "share_removed_split_covered": (tcov, covered),
-        "share_removed_split_mid": (mid, ok),
-        "share_removed_split_min": (upper, ok),
-        "share_removed_split_max": (lower, ok),
+        "share_removed_split_covered": (c0 * t0cov, c0 * tcov, covered),
+        "share_removed_reweighted": (t0, rw, rw_ok),
+        "share_removed_split_mid": (t0, mid, ok),
+        "share_removed_split_min": (t0, upper, ok),
+        "share_removed_split_max": (t0, lower, ok),
     }
-    for name, (t1, mask) in shares.items():
-        num, den = t0 - t1, t0
+    for name, (base, t1, mask) in shares.items():
+        num, den = base - t1, base
         _emit_slots(rows, name, s.name, s.ratio(num, den, mask), deep)
         est, lo, hi, n = s.ratio(_pooled(num, mask, deep), _pooled(den, mask, deep),
                                  mask[:, list(deep)].any(1, keepdim=True))
         _emit(rows, name, s.name, -1, est[0], lo[0], hi[0], n[0],
               NOTES[name] + "; pooled over slots 1..gamma-1")
+
+
+def _reveal_rows(rows: list[dict], s: _Scope, ok: torch.Tensor, rw_ok: torch.Tensor,
+                 ess_min: torch.Tensor, reveal_paths: int) -> None:
+    """The importance route's smallest ESS and its undefined revealed predecessors per slot."""
+    undefined = torch.nan_to_num(s.matrix("t1_reweighted_undefined"))
+    nan = float("nan")
+    for k in range(1, s.gamma):
+        m = rw_ok[:, k] & ess_min[:, k].isfinite()
+        if bool(m.any()):
+            _emit(rows, "T1_reweighted_ess_min", s.name, k, float(ess_min[m, k].min()), nan,
+                  nan, int(m.sum()))
+        n_cells = int(ok[:, k].sum())
+        n_undef = int(undefined[ok[:, k], k].sum())
+        _count(rows, "T1_reweighted_undefined", s.name, k, n_undef, n_cells)
+        share = n_undef / (n_cells * reveal_paths) if n_cells and reveal_paths else nan
+        _count(rows, "T1_reweighted_undefined_share", s.name, k, share, n_cells)
+        _count(rows, "T1_reweighted_cells_undefined", s.name, k,
+               int((ok[:, k] & ~rw_ok[:, k]).sum()), n_cells)
+
+
+def check_reveal_undefined(summary: pd.DataFrame, max_share: float) -> None:
+    """:class:`StageError` naming the slots where the share of revealed predecessors with
+    all-zero importance weights exceeds ``max_share`` (config ``analysis.reveal_undefined_max``):
+    the importance route then averages over a population chosen by the law's support."""
+    rows = summary[(summary["statistic"] == "T1_reweighted_undefined_share")
+                   & (summary["domain"] == "all") & (summary["estimate"] > max_share)]
+    if len(rows):
+        where = ", ".join(f"slot {int(r.slot)}: {r.estimate:.1%}" for r in rows.itertuples())
+        raise StageError(
+            f"revealed predecessors with all-zero importance weight exceed "
+            f"analysis.reveal_undefined_max={max_share:g} ({where}); the sampling law's "
+            "truncation leaves them outside the other paths' support. Raise rollouts.paths, "
+            "or raise analysis.reveal_undefined_max to accept the importance route on the "
+            "defined ones")
 
 
 def _support_block(rows: list[dict], s: _Scope, M: int) -> None:
@@ -780,7 +838,7 @@ def _support_block(rows: list[dict], s: _Scope, M: int) -> None:
         if bool(m.any()):
             _emit(rows, "neff_min", s.name, k, float(y[m].min()), nan, nan, int(m.sum()))
             _emit(rows, "neff_max", s.name, k, float(y[m].max()), nan, nan, int(m.sum()))
-        at_cap = (neff[:, [k]] >= M - 1e-9).to(torch.float64)
+        at_cap = (s.matrix("n_distinct_prefixes")[:, [k]] == M).to(torch.float64)
         est, lo, hi, n = s.mean(at_cap, m.unsqueeze(1))
         _emit(rows, "neff_at_cap_share", s.name, k, est[0], lo[0], hi[0], n[0])
         both = m & t0[:, k].isfinite()
@@ -914,7 +972,7 @@ def summarise(table: pd.DataFrame, records: FloorRecords, *, n_boot: int, level:
         both = sub_cells["n_eff"].notna() & sub_cells["n_eff_probe"].notna()
         mism = both & ~np.isclose(sub_cells["n_eff"], sub_cells["n_eff_probe"], rtol=1e-6)
         _count(rows, "neff_probe_mismatch", name, -1, int(mism.sum()), s.n)
-        _floor_block(rows, s)
+        _floor_block(rows, s, records.reveal_paths)
         _support_block(rows, s, M)
         if name == "all":
             _count(rows, "paths_per_anchor", name, -1, M, s.n)

@@ -29,6 +29,8 @@ __all__ = [
     "group_ids",
     "floor_order0",
     "floor_order0_split",
+    "order0_path_tv",
+    "covered_by_grouping",
     "floor_orderm_plugin",
     "floor_order1_plugin",
     "floor_orderm_split",
@@ -47,7 +49,10 @@ class SplitFloor:
 
     ``value_covered`` is T_cov, the frequency-weighted held-out floor over the groups large
     enough to split (NaN when none is); ``covered_mass`` is c, the fraction of paths in those
-    groups; ``lower = c T_cov`` and ``upper = c T_cov + (1 - c)`` bound the floor.
+    groups; ``lower = c T_cov`` and ``upper = c T_cov + (1 - c)`` bound the floor, since
+    T = c T_cov + (1 - c) T_uncov with 0 <= T_uncov <= 1. ``covered`` is the ``[M]`` mask of
+    the covered paths, so that other per-path quantities (a drafter's risk, the order-0
+    floor's per-path TV) can be restricted to the same population.
     """
 
     value_covered: torch.Tensor
@@ -57,6 +62,7 @@ class SplitFloor:
     n_groups: int
     n_uncovered_groups: int
     n_uncovered_paths: int
+    covered: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,17 @@ def floor_order0(P: torch.Tensor, weights: torch.Tensor | None = None) -> torch.
     return tv_barycentre(P, weights).value
 
 
+def order0_path_tv(P: torch.Tensor) -> torch.Tensor:
+    """``[..., M]``: TV(p_k^(r), q*) of every path to the in-sample order-0 barycentre q*.
+
+    Their mean is T_hat_k^(0); their mean over a subset of paths is the order-0 floor's share
+    on that subset, e.g. on the paths covered by the split-half order-1 estimate, so that
+    T^(0) and T^(1) can be compared on one population (T^(0) = c T^(0)_cov + (1 - c)
+    T^(0)_uncov holds exactly).
+    """
+    return tv_distance(P, tv_barycentre(P).q.unsqueeze(-2))
+
+
 def floor_order0_split(P: torch.Tensor, split: torch.Tensor) -> torch.Tensor:
     """Split-half order-0 floor: fit q on half A, score on half B, swap, average over paths.
 
@@ -136,6 +153,13 @@ def group_ids(history: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor
     key = history[:, max(k - m, 0):]
     _, inverse, counts = torch.unique(key, dim=0, return_inverse=True, return_counts=True)
     return inverse, counts
+
+
+def covered_by_grouping(history: torch.Tensor, m: int) -> torch.Tensor:
+    """``[M]`` bool: the paths whose group (same last ``m`` realised tokens, :func:`group_ids`)
+    holds at least two paths, i.e. the paths the split-half order-m floor covers."""
+    inverse, counts = group_ids(history, m)
+    return counts[inverse] >= 2
 
 
 def floor_orderm_plugin(P: torch.Tensor, history: torch.Tensor, m: int) -> torch.Tensor:
@@ -198,7 +222,7 @@ def floor_orderm_split(P: torch.Tensor, history: torch.Tensor, m: int,
         lower = torch.zeros((), dtype=P.dtype, device=P.device)
     return SplitFloor(value_covered=t_cov, covered_mass=c, lower=lower, upper=lower + (1 - c),
                       n_groups=int(counts.numel()), n_uncovered_groups=n_unc_groups,
-                      n_uncovered_paths=M - n_cov)
+                      n_uncovered_paths=M - n_cov, covered=counts[inverse] >= 2)
 
 
 def floor_order1_split(P: torch.Tensor, predecessor: torch.Tensor | None,

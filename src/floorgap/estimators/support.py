@@ -3,10 +3,11 @@
 The collision-equivalent effective support is N_eff^(2) = 1 / sum_z p(z)^2 over j-token prefixes
 z. With M sampled paths grouped into classes c of identical prefixes of sizes n_c, the unbiased
 collision estimator is lambda_hat = sum_c n_c (n_c - 1) / (M (M - 1)), and N_eff = 1 / lambda_hat.
-When no pair of paths collides (lambda_hat = 0) we record N_eff = M, as the paper does (Sec. D.1).
-M paths cannot resolve a support larger than M, and a single colliding pair would otherwise
-give M(M-1)/2 (more than the no-collision value), so N_eff is reported as min(M, 1/lambda_hat):
-the recorded value is monotone in the number of collisions.
+As in the paper (Sec. B.6, D.1), the value M is recorded only when no pair of paths collides
+(lambda_hat = 0, where 1 / lambda_hat is undefined); with at least one collision N_eff is
+1 / lambda_hat, which can exceed M (a single colliding pair gives M (M - 1) / 2): M paths that
+barely collide are evidence of a support much larger than M, and capping it would bias the
+upper quantiles and the correlation of log N_eff with the floor.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ __all__ = ["EffectiveSupport", "effective_support", "effective_support_by_depth"
 
 @dataclass(frozen=True)
 class EffectiveSupport:
-    """``n_eff`` = N_eff, capped at M (M when no pair collides), ``collision`` = lambda_hat, ``n_distinct``
-    = number of distinct prefixes, ``n_paths`` = M."""
+    """``n_eff`` = N_eff = 1 / lambda_hat (M when no pair collides), ``collision`` =
+    lambda_hat, ``n_distinct`` = number of distinct prefixes, ``n_paths`` = M."""
 
     n_eff: float
     collision: float
@@ -50,7 +51,7 @@ def effective_support(paths: torch.Tensor) -> EffectiveSupport:
     counts = counts.to(torch.float64)
     pairs = float((counts * (counts - 1)).sum())
     collision = pairs / (M * (M - 1))
-    n_eff = float(M) if pairs == 0 else min(float(M), M * (M - 1) / pairs)
+    n_eff = float(M) if pairs == 0 else M * (M - 1) / pairs
     return EffectiveSupport(n_eff=n_eff, collision=collision, n_distinct=int(counts.numel()),
                             n_paths=M)
 

@@ -144,16 +144,21 @@ class SlotFloorRecord:
     """Floors at one anchor and slot, computed from the full-vocabulary p_k^(r) on the device.
 
     t0 / t0_split: T^(0) in-sample and split-half; t1_*: split-half T^(1) by predecessor
-    grouping (covered floor, covered mass c, bounds c T_cov <= T <= c T_cov + 1 - c, uncovered
-    paths) and its in-sample plug-in; t1_reweighted: mean over the J revealed predecessors of
-    the importance-reweighted floor, with the smallest and mean Kish ESS; n_eff: effective
-    support of the k-token block prefixes (1 at slot 0).
+    grouping (covered floor T_cov, covered mass c, bounds c T_cov <= T <= c T_cov + 1 - c,
+    uncovered paths) and its in-sample plug-in; t0_covered: the in-sample order-0 floor's mean
+    per-path TV over the same covered paths (T^(0) on the population of T_cov);
+    t1_reweighted: mean over the revealed predecessors whose importance weights are not all
+    zero of the importance-reweighted floor, with the smallest and mean Kish ESS over them;
+    t1_reweighted_undefined: how many of the J revealed predecessors had all-zero weights
+    (possible under truncated laws; they are left out of the mean, and the cell is NaN only
+    when all J are); n_eff: effective support of the k-token block prefixes (1 at slot 0).
     """
 
     anchor_id: str
     slot: int
     t0: float
     t0_split: float
+    t0_covered: float
     t1_split_cov: float
     t1_covered_mass: float
     t1_lower: float
@@ -163,15 +168,36 @@ class SlotFloorRecord:
     t1_reweighted: float
     t1_reweighted_ess_min: float
     t1_reweighted_ess_mean: float
+    t1_reweighted_undefined: int
     n_eff: float
+
+
+def _reweighted_slot(block: SampledBlock, k: int) -> tuple[float, float, float, int]:
+    """The importance route at slot k >= 1: (mean floor, min ESS, mean ESS) over the revealed
+    predecessors with some weight, and how many had none. NaNs when none had any."""
+    from floorgap.estimators.floors import floor_order1_reweighted, reveal_weights
+
+    P = block.probs
+    J = block.revealed.shape[1]
+    weights = reveal_weights(P[k - 1], block.tokens[:J, k - 1].to(P.device))  # [J, M]
+    # The revealed path's own prefix is not independent of its token: leave it out.
+    weights[torch.arange(J), torch.arange(J)] = 0.0
+    rw = floor_order1_reweighted(block.revealed[k], weights)
+    defined = torch.isfinite(rw.value)
+    n_undefined = int((~defined).sum())
+    if n_undefined == J:
+        nan = float("nan")
+        return nan, nan, nan, n_undefined
+    ess = rw.ess[defined]
+    return (float(rw.value[defined].mean()), float(ess.min()), float(ess.mean()), n_undefined)
 
 
 def anchor_records(anchor_id: str, block: SampledBlock, *, store_top_k: int
                    ) -> tuple[list[PathRecord], list[SlotFloorRecord]]:
     """Records of one anchor: per-path sparse reads and per-slot floors (estimators on device)."""
-    from floorgap.estimators.floors import (alternating_split, floor_order0, floor_order0_split,
-                                            floor_order1_plugin, floor_order1_reweighted,
-                                            floor_order1_split, reveal_weights)
+    from floorgap.estimators.floors import (alternating_split, floor_order0_split,
+                                            floor_order1_plugin, floor_order1_split,
+                                            order0_path_tv)
     from floorgap.estimators.support import effective_support
     from floorgap.estimators.truncation import topk_sparse
 
@@ -179,29 +205,27 @@ def anchor_records(anchor_id: str, block: SampledBlock, *, store_top_k: int
     gamma, M, _ = P.shape
     tokens = block.tokens
     split = alternating_split(M, device=P.device)
-    t0 = floor_order0(P)  # [gamma], batched over slots
+    path_tv0 = order0_path_tv(P)  # [gamma, M], batched over slots; its mean is T^(0)
+    t0 = path_tv0.mean(-1)
     t0_split = floor_order0_split(P, split)
     floors = []
     for k in range(gamma):
         pred = None if k == 0 else tokens[:, k - 1].to(P.device)
         t1 = floor_order1_split(P[k], pred)
-        t1_plugin = floor_order1_plugin(P[k], pred)
+        t0_cov = (float(path_tv0[k][t1.covered].mean()) if bool(t1.covered.any())
+                  else float("nan"))
         rw_value = rw_ess_min = rw_ess_mean = float("nan")
+        rw_undefined = 0
         if block.revealed is not None and k >= 1:
-            J = block.revealed.shape[1]
-            weights = reveal_weights(P[k - 1], tokens[:J, k - 1].to(P.device))  # [J, M]
-            # The revealed path's own prefix is not independent of its token: leave it out.
-            weights[torch.arange(J), torch.arange(J)] = 0.0
-            rw = floor_order1_reweighted(block.revealed[k], weights)
-            rw_value = float(rw.value.mean())
-            rw_ess_min, rw_ess_mean = float(rw.ess.min()), float(rw.ess.mean())
+            rw_value, rw_ess_min, rw_ess_mean, rw_undefined = _reweighted_slot(block, k)
         floors.append(SlotFloorRecord(
             anchor_id=anchor_id, slot=k, t0=float(t0[k]), t0_split=float(t0_split[k]),
-            t1_split_cov=float(t1.value_covered), t1_covered_mass=float(t1.covered_mass),
-            t1_lower=float(t1.lower), t1_upper=float(t1.upper),
-            t1_uncovered_paths=int(t1.n_uncovered_paths), t1_plugin=float(t1_plugin),
-            t1_reweighted=rw_value, t1_reweighted_ess_min=rw_ess_min,
-            t1_reweighted_ess_mean=rw_ess_mean,
+            t0_covered=t0_cov, t1_split_cov=float(t1.value_covered),
+            t1_covered_mass=float(t1.covered_mass), t1_lower=float(t1.lower),
+            t1_upper=float(t1.upper), t1_uncovered_paths=int(t1.n_uncovered_paths),
+            t1_plugin=float(floor_order1_plugin(P[k], pred)), t1_reweighted=rw_value,
+            t1_reweighted_ess_min=rw_ess_min, t1_reweighted_ess_mean=rw_ess_mean,
+            t1_reweighted_undefined=rw_undefined,
             n_eff=effective_support(tokens[:, :k]).n_eff))
     read = topk_sparse(P.transpose(0, 1), store_top_k)  # [M, gamma, K]
     logp = torch.log(block.realised_probs.double()).cpu()

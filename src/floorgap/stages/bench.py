@@ -2,6 +2,9 @@
 
     floorgap bench estimators [--json [PATH]] [--device cpu] [--threads N]
     floorgap bench rollouts [--model-dir results/models/smollm2-135m] [--paths 64]
+    floorgap bench reveal [--model-dir results/models/smollm2-135m] [--results results]
+                          [--target smollm2-135m] [--anchors-per-domain 4] [--max-reveal 8]
+                          [--reveal-grid 1,2,4,8] [--bootstrap 2000] [--save-floors PATH]
 
 Each subcommand is a function registered in ``BENCHMARKS``; it returns a list of result rows
 (name, value, unit, note) that are printed as a table and optionally written as JSON. Inputs
@@ -227,6 +230,269 @@ def _rollouts_options(p: argparse.ArgumentParser) -> None:
 
 BENCHMARKS["rollouts"] = ("rollout probe vs generate(num_return_sequences=M)",
                           _rollouts_options, run_rollouts)
+
+
+# ------------------------------------------------------------------------- reveal
+
+def reveal_floors(block: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[gamma, J]`` importance-route floors of each revealed predecessor j at each slot, and
+    the Kish ESS of their weights (float64, CPU).
+
+    The weights are those of :func:`floorgap.probes.rollouts.anchor_records`: w_s =
+    p_{k-1}^(s)(z*_j), with the revealed path's own weight set to zero; the floors are kept per
+    j instead of averaged. Slot 0 (no predecessor) and a j whose weights are all zero are NaN.
+    """
+    from floorgap.estimators.floors import floor_order1_reweighted, reveal_weights
+
+    P, R, tokens = block.probs, block.revealed, block.tokens
+    if R is None:
+        raise ValueError("the block was sampled without revealed predecessors")
+    gamma, J = P.shape[0], R.shape[1]
+    values = torch.full((gamma, J), float("nan"), dtype=torch.float64)
+    ess = torch.full((gamma, J), float("nan"), dtype=torch.float64)
+    for k in range(1, gamma):
+        weights = reveal_weights(P[k - 1], tokens[:J, k - 1].to(P.device))  # [J, M]
+        weights[torch.arange(J), torch.arange(J)] = 0.0
+        rw = floor_order1_reweighted(R[k], weights)
+        values[k] = rw.value.double().cpu()
+        ess[k] = rw.ess.double().cpu()
+    return values, ess
+
+
+def _nan_sd(x: torch.Tensor) -> torch.Tensor:
+    """Sample standard deviation (ddof 1) over the last dim of the finite entries; NaN where
+    fewer than two are finite."""
+    ok = torch.isfinite(x)
+    n = ok.sum(-1)
+    mean = torch.nanmean(x, -1, keepdim=True)
+    ss = torch.where(ok, (x - mean) ** 2, torch.zeros_like(x)).sum(-1)
+    sd = (ss / (n - 1).clamp(min=1)).sqrt()
+    return torch.where(n >= 2, sd, torch.full_like(sd, float("nan")))
+
+
+def _finite_mean(x: torch.Tensor) -> float:
+    ok = torch.isfinite(x)
+    return float(x[ok].mean()) if bool(ok.any()) else float("nan")
+
+
+def reveal_summary(floors: torch.Tensor, pi: torch.Tensor, prompts: list[str],
+                   grid: list[int], *, n_boot: int, seed: int | None = None,
+                   level: float = 0.95) -> list[Row]:
+    """Per-J summary rows of the importance route from per-j floors.
+
+    ``floors``: ``[anchors, gamma, J_max]``, the floor of revealed predecessor j at slot k
+    (slot 0 is ignored; NaN = undefined); ``pi``: inclusion probabilities; ``prompts``: each
+    anchor's prompt id (the bootstrap clusters). For each J in ``grid`` an anchor's value at a
+    slot is the mean of its defined floors among the first J j's (an anchor-slot with none is
+    left out of the Hajek mean). For the last slot and for the mean over slots 1..gamma-1 the
+    rows give the Hajek mean with its prompt-bootstrap percentile interval (one resample for
+    every J, so the widths are paired), the width and its ratio to the first J of the grid;
+    then the mean within-anchor sd over j, the approximate share of the estimate's bootstrap
+    variance that comes from which predecessors were revealed (within-anchor variance from
+    all J_max j's over the anchor's count of defined j's, linearised Hajek weights), the
+    decode forwards per step relative to no reveal, and the count of undefined cells.
+    """
+    from floorgap.estimators.aggregate import (DEFAULT_BOOT_SEED, cluster_resample,
+                                               prompt_bootstrap)
+    from floorgap.estimators.concentration import percentile_interval_finite
+
+    floors = torch.as_tensor(floors, dtype=torch.float64)
+    if floors.dim() != 3 or floors.shape[1] < 2:
+        raise ValueError("floors must be [anchors, gamma >= 2, J]")
+    n, gamma, j_max = floors.shape
+    grid = sorted({int(j) for j in grid})
+    if not grid or grid[0] < 1 or grid[-1] > j_max:
+        raise ValueError(f"reveal grid must lie in 1..{j_max}")
+    pi = torch.as_tensor(pi, dtype=torch.float64)
+    w = 1.0 / pi
+    deep = floors[:, 1:]  # [n, K, J_max]: slots 1..gamma-1
+    K = last = gamma - 1
+    rs = cluster_resample(list(prompts), n_boot, DEFAULT_BOOT_SEED if seed is None else seed)
+    s2 = _nan_sd(deep) ** 2  # [n, K]: within-anchor variance of one revealed predecessor
+
+    def interval(reps: torch.Tensor) -> tuple[float, float]:
+        lo, hi, _ = percentile_interval_finite(reps, level)
+        return float(lo), float(hi)
+
+    def boot_var(reps: torch.Tensor) -> float:
+        r = reps[torch.isfinite(reps)]
+        return float(r.var()) if r.numel() > 1 else float("nan")
+
+    stats: dict[int, dict[str, Any]] = {}
+    for J in grid:
+        sub = deep[..., :J]
+        n_def = torch.isfinite(sub).sum(-1)  # [n, K]
+        mask = n_def > 0
+        y = torch.where(mask, torch.nanmean(sub, -1), torch.zeros(()))
+        res = prompt_bootstrap(y, prompts, pi, mask.double(), resample=rs, level=level,
+                               return_replicates=True)
+        reps = res.replicates  # [B, K]
+        assert reps is not None
+        # Within-j variance of each slot's Hajek mean, then of their average over the slots.
+        wm = w.unsqueeze(1) * mask
+        vw_cells = torch.where(mask & torch.isfinite(s2), wm ** 2 * s2 / n_def.clamp(min=1),
+                               torch.zeros_like(s2))
+        vw = vw_cells.sum(0) / wm.sum(0) ** 2  # [K]
+        sd = _nan_sd(sub)  # [n, K]
+        mean_reps = reps.mean(1)
+        stats[J] = {
+            "last": (float(res.estimate[-1]), *interval(reps[:, -1]), int(mask[:, -1].sum()),
+                     float(vw[-1]) / boot_var(reps[:, -1])),
+            "mean": (float(res.estimate.mean()), *interval(mean_reps), int(mask.any(1).sum()),
+                     float(vw.sum()) / K ** 2 / boot_var(mean_reps)),
+            "sd": (_finite_mean(sd), _finite_mean(sd[:, -1])),
+            "undefined": (int((~torch.isfinite(sub)).sum()), int((~mask).sum())),
+        }
+
+    ref = grid[0]
+    rows: list[Row] = []
+    for J in grid:
+        st = stats[J]
+        for key, label in (("last", f"slot {last}"), ("mean", f"slots 1-{last} mean")):
+            est, lo, hi, n_used, _ = st[key]
+            ref_width = stats[ref][key][2] - stats[ref][key][1]
+            rows += [Row(f"J={J} {label}: T1 reweighted", est, "",
+                         f"Hajek; {level:.0%} [{lo:.4f}, {hi:.4f}], width {hi - lo:.4f}; "
+                         f"{n_used} anchors"),
+                     Row(f"J={J} {label}: interval width", hi - lo, "",
+                         f"prompt bootstrap B={n_boot}, {rs.n_clusters} prompts"),
+                     Row(f"J={J} {label}: width ratio vs J={ref}", (hi - lo) / ref_width, "x")]
+        sd_all, sd_last = st["sd"]
+        rows.append(Row(f"J={J} within-anchor sd over j", None if J < 2 else sd_all, "",
+                        "needs J >= 2" if J < 2 else
+                        f"mean over anchor x slots 1-{last}; slot {last}: {sd_last:.4f}"))
+        rows.append(Row(f"J={J} within-j variance share", st["mean"][4], "",
+                        f"approx., of the slot mean's bootstrap variance; slot {last}: "
+                        f"{st['last'][4]:.3f}"))
+        rows.append(Row(f"J={J} decode forwards per step", float(1 + J), "x",
+                        "(1+J)/(1+0), relative to no reveal"))
+        cells, empty = st["undefined"]
+        rows.append(Row(f"J={J} undefined (j, slot, anchor) cells", float(cells), "",
+                        f"of {J * K * n}; anchor-slots with no defined j: {empty}"))
+    return rows
+
+
+def run_reveal(args: argparse.Namespace) -> list[Row]:
+    """The importance route of T^(1) at the first anchors of every domain: one
+    ``sample_block(reveal_paths=max_reveal)`` per anchor, the floor of every revealed
+    predecessor at every slot, and the interval of the Hajek mean for each J of the grid."""
+    import sys
+    from pathlib import Path
+
+    from floorgap.data.anchors import anchor_contexts, check_anchors_gamma
+    from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED
+    from floorgap.models.targets import load_target
+    from floorgap.probes.rollouts import sample_block
+    from floorgap.records import read_metadata, read_table
+    from floorgap.sampling import SamplingLaw
+
+    start = time.perf_counter()
+    if not Path(args.model_dir, "floorgap_model.json").is_file():
+        raise SystemExit(f"{args.model_dir} is not a materialised target; build it with "
+                         f"`snakemake --cores all {args.model_dir}`")
+    J_max = args.max_reveal
+    if not 1 <= J_max <= min(args.forward_batch, args.paths):
+        raise SystemExit("--max-reveal must lie in 1..min(--forward-batch, --paths)")
+    grid = sorted({int(x) for x in args.reveal_grid.split(",") if x.strip()})
+    if not grid or grid[0] < 1 or grid[-1] > J_max:
+        raise SystemExit(f"--reveal-grid must hold values in 1..{J_max}")
+    base = Path(args.results, args.target)
+    files = sorted((base / "anchors").glob("*.parquet"))
+    if not files:
+        raise SystemExit(f"no anchors under {base / 'anchors'}")
+    gamma = args.gamma
+    anchor_rows, contexts, domains = [], [], []
+    for path in files:
+        meta = read_metadata(path)
+        if gamma is None:
+            gamma = int(meta.get("gamma", 7))
+        check_anchors_gamma(path, meta, gamma)
+        anchors = read_table(path).head(args.anchors_per_domain)  # file order
+        contexts += anchor_contexts(read_table(base / "corpus" / path.name), anchors)
+        anchor_rows += list(anchors.itertuples(index=False))
+        domains.append(path.stem)
+    assert gamma is not None
+    if gamma < 2:
+        raise SystemExit("the importance route needs gamma >= 2")
+
+    device = torch.device(args.device)
+    model, _ = load_target(args.model_dir, args.dtype, device)
+    law = SamplingLaw()  # the evaluation law: temperature 1, no truncation
+    n = len(anchor_rows)
+    floors = torch.empty((n, gamma, J_max), dtype=torch.float64)
+    ess = torch.empty_like(floors)
+    t_sample, t_floor = [], []
+    for i, (a, ctx) in enumerate(zip(anchor_rows, contexts)):
+        block = sample_block(model, ctx, n_paths=args.paths, gamma=gamma, law=law,
+                             anchor_seed=int(a.anchor_seed), forward_batch=args.forward_batch,
+                             reveal_paths=J_max)
+        t0 = time.perf_counter()
+        floors[i], ess[i] = reveal_floors(block)
+        t_floor.append(time.perf_counter() - t0)
+        t_sample.append(block.seconds)
+        del block
+        print(f"[{i + 1}/{n}] {a.anchor_id}: context {len(ctx)}, sample {t_sample[-1]:.1f} s, "
+              f"floors {t_floor[-1]:.1f} s; mean over j by slot "
+              + " ".join(f"{float(v):.3f}" for v in floors[i, 1:].nanmean(-1)),
+              file=sys.stderr, flush=True)
+
+    pi = torch.tensor([float(a.pi) for a in anchor_rows], dtype=torch.float64)
+    prompts = [str(a.prompt_id) for a in anchor_rows]
+    if args.save_floors:
+        from floorgap.records import atomic_path
+
+        with atomic_path(args.save_floors) as tmp, open(tmp, "wb") as fh:
+            np.savez(fh, floors=floors.numpy(), ess=ess.numpy(), pi=pi.numpy(),
+                     prompts=np.array(prompts),
+                     anchor_ids=np.array([str(a.anchor_id) for a in anchor_rows]),
+                     seconds=np.array(t_sample))
+    ess_ok = ess[:, 1:][torch.isfinite(floors[:, 1:])]
+    rows = [
+        Row("anchors", float(n), "", f"first {args.anchors_per_domain} of each of "
+            f"{', '.join(domains)} (file order); {len(set(prompts))} prompts"),
+        Row("paths x gamma", float(args.paths * gamma), "", f"M={args.paths}, gamma={gamma}, "
+            f"forward_batch={args.forward_batch}, max reveal {J_max}, law T={law.temperature} "
+            f"top_p={law.top_p} top_k={law.top_k}, {args.dtype}"),
+        Row(f"sample_block per anchor (J={J_max})", statistics.mean(t_sample), "s",
+            f"min {min(t_sample):.1f}, max {max(t_sample):.1f}"),
+        Row("per-j floors per anchor", statistics.mean(t_floor), "s",
+            f"{gamma - 1} slots x {J_max} j"),
+        Row("Kish ESS of the weights (mean)", float(ess_ok.mean()) if ess_ok.numel() else None,
+            "", f"over defined (anchor, slot, j) cells; at most M-1 = {args.paths - 1}"),
+        Row("Kish ESS of the weights (min)", float(ess_ok.min()) if ess_ok.numel() else None,
+            ""),
+    ]
+    rows += reveal_summary(floors, pi, prompts, grid, n_boot=args.bootstrap,
+                           seed=DEFAULT_BOOT_SEED)
+    rows.append(Row("bench wall time", time.perf_counter() - start, "s"))
+    return rows
+
+
+def _reveal_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model-dir", default="results/models/smollm2-135m",
+                   help="materialised target folder (default: the embedded model)")
+    p.add_argument("--results", default="results",
+                   help="folder holding <target>/anchors/<domain>.parquet and "
+                        "<target>/corpus/<domain>.parquet")
+    p.add_argument("--target", default="smollm2-135m", help="target name under --results")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--anchors-per-domain", type=int, default=4,
+                   help="first N anchors of each domain file, in file order")
+    p.add_argument("--paths", type=int, default=64, help="M")
+    p.add_argument("--forward-batch", type=int, default=16, help="probe forward batch")
+    p.add_argument("--max-reveal", type=int, default=8,
+                   help="revealed predecessors sampled per anchor (<= forward batch)")
+    p.add_argument("--reveal-grid", default="1,2,4,8",
+                   help="comma-separated J values to summarise (each <= --max-reveal)")
+    p.add_argument("--bootstrap", type=int, default=2000, help="prompt-bootstrap replicates")
+    p.add_argument("--gamma", type=int, default=None,
+                   help="block length (default: the anchors' metadata, else 7)")
+    p.add_argument("--save-floors", default=None, metavar="PATH",
+                   help="also write the per-j floors, ESS, pi and prompt ids as .npz")
+
+
+BENCHMARKS["reveal"] = ("importance route of T^(1): interval width against revealed paths J",
+                        _reveal_options, run_reveal)
 
 
 # ------------------------------------------------------------------------- driver

@@ -9,7 +9,8 @@ summary). See :mod:`floorgap.analysis.floors` for the statistics.
 
 The spec is the config's ``analysis`` section: ``bootstrap`` (B), ``level``, ``kmedian_k``,
 ``kmedian_restarts``; optional ``seed`` (default 20260818) keys the bootstrap and the K-median
-seeding.
+seeding, and ``reveal_undefined_max`` (default 0.05) is the largest share of revealed
+predecessors at a slot whose importance weights may all be zero before the stage fails.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.analysis.floors import (anchor_slot_table, check_anchor_slot_table,
+    from floorgap.analysis.floors import (REVEAL_UNDEFINED_MAX, anchor_slot_table,
+                                          check_anchor_slot_table, check_reveal_undefined,
                                           load_records, log_record_problems, summarise)
     from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED
     from floorgap.records import write_table
@@ -68,6 +70,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     logger.info("summary: %d rows (B=%d, level=%.3f) in %.1f s", len(summary), n_boot, level,
                 timer.seconds)
     log_record_problems(summary)
+    check_reveal_undefined(summary, float(spec.get("reveal_undefined_max",
+                                                   REVEAL_UNDEFINED_MAX)))
 
     meta = {"stage": "floors", "target": records.target, "gamma": records.gamma,
             "paths_per_anchor": records.paths_per_anchor, "store_top_k": records.top_k,
