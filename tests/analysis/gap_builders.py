@@ -2,8 +2,9 @@
 
 Each anchor has a tiny Markov target over V tokens (Dirichlet rows): p_0 and p_k(. | z_{k-1}).
 Paths are sampled from it; the floors come from the estimators on the per-path rows (T0
-in-sample; T1 grouped by the realised predecessor, written as the importance-route column,
-NaN at slot 0 as the probe writes it).
+in-sample; T1 by split-half grouping on the realised predecessor with its covered mass, and
+the in-sample grouping plug-in written as the importance-route column, NaN at slot 0 as the
+probe writes it).
 Drafters: "dflash" (order 0, one Dirichlet row per slot, or q = p when ``exact``), "dspark"
 and "ours" (order 1: a Dirichlet table per slot fed the predecessor; the self chain uses the
 same table along the drafter's own draw). ``blind`` makes an order-1 drafter ignore its
@@ -18,7 +19,7 @@ import pandas as pd
 import torch
 
 from floorgap.estimators.barycentre import tv_distance
-from floorgap.estimators.floors import floor_order0, floor_order1_plugin
+from floorgap.estimators.floors import floor_order0, floor_order1_plugin, floor_order1_split
 from floorgap.estimators.serving import accept_factors
 from floorgap.records import write_table
 
@@ -60,10 +61,13 @@ def build(root: Path, *, domains=("gsm8k", "alpaca"), anchors_per_domain=4, gamm
             committed = 7 + a
             for k in range(gamma):
                 pred = None if k == 0 else tokens[:, k - 1]
+                split = floor_order1_split(P[k], pred)
                 floor_rows.append({
                     "anchor_id": aid, "prompt_id": prompt, "domain": domain, "stratum": "",
                     "pi": 0.5 + 0.1 * a,
                     "slot": k, "status": "ok", "t0": float(floor_order0(P[k])),
+                    "t1_split_cov": float(split.value_covered),
+                    "t1_covered_mass": float(split.covered_mass),
                     "t1_reweighted": (float("nan") if k == 0
                                       else float(floor_order1_plugin(P[k], pred)))})
             for name, opts in variants.items():

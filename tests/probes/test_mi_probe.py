@@ -100,15 +100,15 @@ def test_blind_and_teacher_losses_match_independent_forwards(model, measured):
     assert torch.equal(block.tokens, measured.tokens)
     z = measured.tokens[0].tolist()
     L = measured.losses
-    for k in range(GAMMA):
+    for k in range(1, GAMMA):
         c_kk = -_full_logp(model, CTX + z[:k], z[k])
         ps = [math.exp(_full_logp(model, CTX + measured.tokens[s, :k].tolist(), z[k]))
               for s in range(1, M)]
         c_k0 = -math.log(sum(ps) / (M - 1))
         assert abs(float(L.c_kk[k]) - c_kk) < 1e-5, k
         assert abs(float(L.c_k0[k]) - c_k0) < 1e-5, k
-    # slot 0: every path shares the prompt's distribution, so blind and teacher agree exactly
-    assert float(L.c_k0[0]) == float(L.c_kk[0])
+    # slot 0: nothing is realised yet, so there is no cell (the records start at slot 1)
+    assert math.isnan(float(L.c_k0[0])) and math.isnan(float(L.c_kk[0]))
 
 
 def test_reweighted_losses_match_independent_forwards(model, measured):
@@ -234,3 +234,31 @@ def test_cli_records_are_deterministic(smoke_domain_records):
     for col in ("c_k0", "c_km", "c_kk", "ess", "token"):
         assert split[both][col].fillna(-1).tolist() == table[both][col].fillna(-1).tolist()
     assert split[~split.screened].c_k0.isna().all()
+
+
+def test_every_term_of_a_ratio_comes_from_one_pass(model, measured, monkeypatch):
+    """C_{k,k}, C_{k,0} and C_{k,m} are read from the same teacher-forced pass: shifting every
+    log-probability of that pass by a constant shifts all three losses alike, so the recovery
+    numerator C_{k,0} - C_{k,m} and denominator C_{k,0} - C_{k,k} do not move. (When C_{k,k}
+    and C_{k,0} came from the float32 probabilities read while sampling, they did not shift
+    and every difference moved by the constant.)"""
+    import floorgap.probes.mi as mi_probe
+
+    real = mi_probe.conditioned_logprobs
+    calls = []
+
+    def shifted(*args, **kwargs):
+        calls.append(1)
+        return {j: v + 0.5 for j, v in real(*args, **kwargs).items()}
+
+    monkeypatch.setattr(mi_probe, "conditioned_logprobs", shifted)
+    moved = _measure(model)
+    assert len(calls) == 1
+    a, b = measured.losses, moved.losses
+    deep = slice(1, GAMMA)
+    torch.testing.assert_close(b.c_kk[deep], a.c_kk[deep] - 0.5, rtol=0, atol=1e-12)
+    torch.testing.assert_close(b.c_k0[deep], a.c_k0[deep] - 0.5, rtol=0, atol=1e-12)
+    num_a, num_b = a.c_k0.unsqueeze(-1) - a.c_km, b.c_k0.unsqueeze(-1) - b.c_km
+    torch.testing.assert_close(num_b, num_a, rtol=0, atol=1e-12, equal_nan=True)
+    torch.testing.assert_close((b.c_k0 - b.c_kk)[deep], (a.c_k0 - a.c_kk)[deep], rtol=0,
+                               atol=1e-12)

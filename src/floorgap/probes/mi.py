@@ -9,12 +9,15 @@ Two independent passes of fresh target paths per anchor, both drawn with
   of the per-path missing information C_{k,0} - C_{k,k} is the anchor's screen value; only
   anchors above the threshold get the measurement (:func:`screen_anchor`).
 * **Measurement.** ``paths`` = M paths. Path 0 supplies the scored tokens z*_k; paths
-  1..M-1 are prefixes sampled independently of it. C_{k,k} and C_{k,0} are read from the
-  probabilities computed while sampling (no extra forward). C_{k,m} needs, for every prefix s,
-  the target on X + Z^(s)_{<k-m} + (z*_{k-m}, ..., z*_{k-1}): one teacher-forced forward per
+  1..M-1 are prefixes sampled independently of it. C_{k,m} needs, for every prefix s, the
+  target on X + Z^(s)_{<k-m} + (z*_{k-m}, ..., z*_{k-1}): one teacher-forced forward per
   start j = k - m and chunk of prefixes serves every (k, m) with that start, reading
   log p(z*_k | ...) and the log-probabilities of the revealed tokens (their sum is the log
-  weight of the prefix) at once (:func:`conditioned_logprobs`).
+  weight of the prefix) at once (:func:`conditioned_logprobs`). C_{k,0} (m = 0, start k) and
+  C_{k,k} (path 0's own prefix as the row) come from the same teacher-forced pass, so all three
+  terms of rho_{k,m} are float64 log-softmax reads of one kind of forward: a ratio of
+  differences of log-losses must not mix them with the float32 probabilities read while
+  sampling.
 
 The estimator math (mixtures, weights, ESS) lives in :mod:`floorgap.estimators.mi`.
 
@@ -68,9 +71,10 @@ class MIMeasurement:
     """Recovery measurement at one anchor.
 
     ``tokens`` ``[M, gamma]``: path 0 is the scored block z*, paths 1..M-1 the prefixes;
-    ``losses``: :class:`MICellLosses` over slots, ``c_kk``/``c_k0`` ``[gamma]`` and
-    ``c_km``/``ess`` ``[gamma, J]`` for the orders in ``orders`` (NaN where m >= k, where the
-    last m tokens are the whole realised prefix); ``seconds``: wall time.
+    ``losses``: :class:`MICellLosses` over slots, ``c_kk``/``c_k0`` ``[gamma]`` (NaN at slot
+    0, where nothing is realised yet) and ``c_km``/``ess`` ``[gamma, J]`` for the orders in
+    ``orders`` (NaN where m >= k, where the last m tokens are the whole realised prefix);
+    ``seconds``: wall time.
     """
 
     tokens: torch.Tensor
@@ -119,7 +123,7 @@ def law_logprob(law: SamplingLaw, logits: torch.Tensor, index: torch.Tensor) -> 
 
 def cell_starts(gamma: int, orders: Sequence[int]) -> dict[int, int]:
     """Start j = k - m of every measured cell (m in ``orders``, m < k < gamma), mapped to the
-    largest slot k scored from it."""
+    largest slot k scored from it. Order 0 gives the starts j = k of the blind terms."""
     starts: dict[int, int] = {}
     for k in range(gamma):
         for m in orders:
@@ -195,31 +199,48 @@ def measure_anchor(model: Any, context_ids: list[int], *, n_paths: int, gamma: i
                          anchor_seed=derive_seed(anchor_seed, MEASURE_KEY),
                          forward_batch=forward_batch, chunk_paths=chunk_paths)
     tokens = block.tokens
-    z_star = tokens[0]
-    lp = realised_logp(block.probs, z_star.unsqueeze(0))[:, 0].cpu()  # [gamma, M]
-    logp_teacher, logp_blind = lp[:, 0], lp[:, 1:]
-    n_pre, n_ord = n_paths - 1, len(orders)
+    # Row 0 is z*'s own prefix (the teacher-forced term), rows 1..M-1 the sampled prefixes.
+    cond = conditioned_logprobs(model, context_ids, tokens, tokens[0],
+                                cell_starts(gamma, (0, *orders)), law=law,
+                                forward_batch=forward_batch, chunk_paths=chunk_paths)
+    losses = mi_losses_of_pass(cond, gamma, orders)
+    return MIMeasurement(tokens=tokens, orders=orders, losses=losses,
+                         seconds=time.perf_counter() - start)
+
+
+def mi_losses_of_pass(cond: Mapping[int, torch.Tensor], gamma: int, orders: Sequence[int]
+                      ) -> MICellLosses:
+    """C_{k,k}, C_{k,0} and C_{k,m} from one teacher-forced pass (:func:`conditioned_logprobs`
+    over the rows z*, S_1, ..., S_{M-1} with the starts of ``(0, *orders)``).
+
+    Start j = k, column 0 gives log p(z*_k | X, row[:k]): row 0 (z*'s own prefix) is the
+    teacher term, rows 1.. the blind terms. Start k - m gives the conditioned term (column m)
+    and the revealed tokens' log weight (columns 0..m-1). Slot 0 and cells with m >= k are NaN.
+    """
+    n_ord = len(orders)
+    n_pre = next(iter(cond.values())).shape[0] - 1
+    nan = float("nan")
+    logp_teacher = torch.zeros(gamma, dtype=torch.float64)
+    logp_blind = torch.zeros((gamma, n_pre), dtype=torch.float64)
     logp_cond = torch.zeros((gamma, n_pre, n_ord), dtype=torch.float64)
     logw_reveal = torch.zeros_like(logp_cond)
     valid = torch.zeros((gamma, n_ord), dtype=torch.bool)
-    starts = cell_starts(gamma, orders)
-    cond = conditioned_logprobs(model, context_ids, tokens[1:], z_star, starts, law=law,
-                                forward_batch=forward_batch, chunk_paths=chunk_paths)
-    for k in range(gamma):
+    for k in range(1, gamma):
+        logp_teacher[k] = cond[k][0, 0]
+        logp_blind[k] = cond[k][1:, 0]
         for jm, m in enumerate(orders):
             if m >= k:
                 continue
-            c = cond[k - m]  # columns 0..m-1: revealed z*_{k-m..k-1}; column m: z*_k
+            c = cond[k - m][1:]  # columns 0..m-1: revealed z*_{k-m..k-1}; column m: z*_k
             logp_cond[k, :, jm] = c[:, m]
             logw_reveal[k, :, jm] = c[:, :m].sum(-1)
             valid[k, jm] = True
     losses = mi_cell_losses(logp_teacher, logp_blind, logp_cond, logw_reveal)
-    nan = torch.tensor(float("nan"), dtype=torch.float64)
-    losses = MICellLosses(c_kk=losses.c_kk, c_k0=losses.c_k0,
-                          c_km=torch.where(valid, losses.c_km, nan),
-                          ess=torch.where(valid, losses.ess, nan))
-    return MIMeasurement(tokens=tokens, orders=orders, losses=losses,
-                         seconds=time.perf_counter() - start)
+    slot = torch.arange(gamma) >= 1
+    return MICellLosses(c_kk=torch.where(slot, losses.c_kk, nan),
+                        c_k0=torch.where(slot, losses.c_k0, nan),
+                        c_km=torch.where(valid, losses.c_km, nan),
+                        ess=torch.where(valid, losses.ess, nan))
 
 
 @dataclass(frozen=True)

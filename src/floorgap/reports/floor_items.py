@@ -153,71 +153,78 @@ def _common_values(s: FloorSummary) -> dict[str, str]:
 
 def fig2_floor_by_slot(inputs: Mapping[str, Path], spec: Mapping[str, Any],
                        out_dir: Path) -> dict[str, str]:
-    """Fig. 2: T^(0) and T^(1) by slot, with prompt-bootstrap intervals; T^(1) by the
-    importance route, and the split-half grouping bounds c T_cov .. c T_cov + 1 - c as a band
-    (their covered floor dashed)."""
+    """Fig. 2: T^(0) and T^(1) by slot, with prompt-bootstrap intervals. T^(1) is the
+    split-half grouping estimate on its covered paths (the headline, paper App. B.3) with the
+    bounds c T_cov .. c T_cov + 1 - c as a band; the importance route is the second estimate
+    (App. C.2), drawn dashed."""
     s = _summary(inputs)
     slots = list(range(s.gamma))
     x = np.array(slots)
     t0, t0_lo, t0_hi = s.series("T0", slots)
-    rw, rw_lo, rw_hi = s.series("T1_reweighted", slots)
-    rw[0] = rw_lo[0] = rw_hi[0] = 0.0  # T^(1)_0 = 0: the committed token fixes the context
+    t1, t1_lo, t1_hi = s.series("T1_split_covered", slots)
+    rw = s.series("T1_reweighted", slots)[0]
+    rw[0] = 0.0  # T^(1)_0 = 0: the committed token fixes the context
     lo_b = s.series("T1_split_lower", slots)[0]
     up_b = s.series("T1_split_upper", slots)[0]
-    cov = s.series("T1_split_covered", slots)[0]
 
     fig, ax = _figure(spec)
     ax.fill_between(x, lo_b, up_b, color="0.55", alpha=0.18, lw=0,
-                    label=r"$T^{(1)}$ split bounds")
-    ax.plot(x, cov, color="0.35", ls="--", lw=0.9, label=r"$T^{(1)}$ split, covered")
+                    label=r"$T^{(1)}$ bounds ($c$)")
     ax.fill_between(x, t0_lo, t0_hi, color="C0", alpha=0.22, lw=0)
     ax.plot(x, t0, color="C0", marker="o", label=r"$T^{(0)}$")
-    ax.fill_between(x, rw_lo, rw_hi, color="C3", alpha=0.22, lw=0)
-    ax.plot(x, rw, color="C3", marker="^", label=r"$T^{(1)}$ importance")
+    ax.fill_between(x, t1_lo, t1_hi, color="C3", alpha=0.22, lw=0)
+    ax.plot(x, t1, color="C3", marker="^", label=r"$T^{(1)}$ split-half")
+    ax.plot(x, rw, color="0.3", ls="--", marker="x", lw=0.9, label=r"$T^{(1)}$ importance")
     ax.set_xlabel("slot $k$")
     ax.set_ylabel("information floor (TV)")
     ax.set_xticks(slots)
     ax.set_ylim(0, 1.0)  # TV floors lie in [0, 1]; the headroom holds the legend
     ax.set_xlim(-0.2, s.last + 0.2)
     handles, labels = ax.get_legend_handles_labels()
-    order = [2, 3, 1, 0]  # T0, T1 importance, T1 covered, bounds
+    order = [1, 2, 3, 0]  # T0, T1 split-half, T1 importance, bounds
     ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper left",
               ncol=2, handlelength=1.5, columnspacing=0.8, borderaxespad=0.1,
               labelspacing=0.25)
     _save(fig, "fig2_floor_by_slot", out_dir, spec)
+    return {**_common_values(s), **_fig2_values(s)}
 
-    values = _common_values(s)
+
+#: The two routes to T^(1) and their share removed: (macro tag, T1 statistic, share statistic).
+T1_ROUTES = (((), "T1_split_covered", "share_removed_split_covered"),
+             (("importance",), "T1_reweighted", "share_removed_reweighted"))
+
+
+def _fig2_values(s: FloorSummary) -> dict[str, str]:
+    values: dict[str, str] = {}
+    last = s.last
     for k in s.slots:
         values[macro_name("floor", "T0", "slot", k)] = fmt(s.get("T0", k))
-        values[macro_name("floor", "T1", "slot", k)] = fmt(s.get("T1_reweighted", k))
-        values[macro_name("floor", "T1", "split", "slot", k)] = fmt(s.get("T1_split_covered", k))
         values[macro_name("floor", "covered", "mass", "slot", k)] = fmt(
             s.get("T1_covered_mass", k), 2)
-        values[macro_name("floor", "share", "removed", "slot", k)] = fmt_pct(
-            s.get("share_removed_reweighted", k))
-    last = s.last
     values[macro_name("floor", "T0", "last")] = fmt(s.get("T0", last))
-    values[macro_name("floor", "T1", "last")] = fmt(s.get("T1_reweighted", last))
     values[macro_name("floor", "max", "accept", "slot", 1)] = fmt_pct(1 - s.get("T0", 1), 0)
     values[macro_name("floor", "max", "accept", "last")] = fmt_pct(1 - s.get("T0", last), 0)
-    t1 = {k: s.get("T1_reweighted", k) for k in s.slots}
-    t1_split = {k: s.get("T1_split_covered", k) for k in s.slots}
-    kmax = max(t1, key=lambda k: -math.inf if math.isnan(t1[k]) else t1[k])
-    values[macro_name("floor", "T1", "max")] = fmt(t1[kmax])
-    values[macro_name("floor", "T1", "max", "slot")] = str(kmax)
-    values[macro_name("floor", "T1", "split", "max")] = fmt(np.nanmax(list(t1_split.values())))
-    for stat, label in (("share_removed_reweighted", ()), ("share_removed_split_covered",
-                                                          ("split",))):
-        shares = [s.get(stat, k) for k in s.slots]
-        values[macro_name("floor", "share", "removed", *label, "min")] = fmt_pct(np.nanmin(shares), 0)
-        values[macro_name("floor", "share", "removed", *label, "max")] = fmt_pct(np.nanmax(shares), 0)
-        values[macro_name("floor", "share", "removed", *label, "pooled")] = fmt_pct(
-            s.get(stat, -1))
+    for tag, t1_stat, share_stat in T1_ROUTES:
+        for k in s.slots:
+            values[macro_name("floor", "T1", *tag, "slot", k)] = fmt(s.get(t1_stat, k))
+            values[macro_name("floor", "share", "removed", *tag, "slot", k)] = fmt_pct(
+                s.get(share_stat, k))
+        values[macro_name("floor", "T1", *tag, "last")] = fmt(s.get(t1_stat, last))
+        t1 = [s.get(t1_stat, k) for k in s.slots[1:]]
+        values[macro_name("floor", "T1", *tag, "max")] = fmt(np.nanmax(t1))
+        shares = [s.get(share_stat, k) for k in s.slots[1:]]
+        values[macro_name("floor", "share", "removed", *tag, "min")] = fmt_pct(
+            np.nanmin(shares), 0)
+        values[macro_name("floor", "share", "removed", *tag, "max")] = fmt_pct(
+            np.nanmax(shares), 0)
+        values[macro_name("floor", "share", "removed", *tag, "pooled")] = fmt_pct(
+            s.get(share_stat, -1))
     values[macro_name("floor", "covered", "mass", "min")] = fmt(
         np.nanmin([s.get("T1_covered_mass", k) for k in s.slots]), 2)
     ess = [s.get("T1_reweighted_ess_mean", k) for k in s.slots]
     values[macro_name("floor", "ess", "min")] = fmt(np.nanmin(ess), 1)
     values[macro_name("floor", "ess", "max")] = fmt(np.nanmax(ess), 1)
+    values[macro_name("floor", "reveal", "paths")] = _count(s.scalar("reveal_paths"))
     fit = [abs(s.get("T0_split_minus_T0", k)) for k in s.slots]
     values[macro_name("floor", "split", "fit", "max")] = fmt(np.nanmax(fit))
     return values
@@ -253,7 +260,7 @@ def fig3_floor_by_domain(inputs: Mapping[str, Path], spec: Mapping[str, Any],
         values[macro_name("floor", "domain", d, "last")] = fmt(at_last[d])
         values[macro_name("floor", "domain", d, "slot", 1)] = fmt(s.get("T0", 1, d))
         values[macro_name("floor", "domain", d, "T1", "last")] = fmt(
-            s.get("T1_reweighted", last, d))
+            s.get("T1_split_covered", last, d))
         values[macro_name("floor", "domain", d, "anchors")] = _count(s.scalar("n_anchors", d))
         values[macro_name("floor", "domain", d, "prompts")] = _count(s.scalar("n_prompts", d))
         values[macro_name("floor", "domain", d, "label")] = domain_label(d, facts.get(d))
@@ -343,18 +350,21 @@ def _long(s: FloorSummary, rows: list[tuple[str, str, str]]) -> pd.DataFrame:
 
 def table3_floor_intervals(inputs: Mapping[str, Path], spec: Mapping[str, Any],
                            out_dir: Path) -> dict[str, str]:
-    """Table 3: per slot, the prompt-bootstrap intervals of T^(0), T^(1) (importance route and
-    split-half grouping) and of the share of T^(0) that one realised token removes."""
+    """Table 3: per slot, the prompt-bootstrap intervals of T^(0), of T^(1) by split-half
+    grouping (the headline, with its covered mass) and by the importance route (the second
+    estimate, with its mean ESS), and of the share of T^(0) that one realised token removes
+    by each route."""
     s = _summary(inputs)
     interval_rows = [
         (r"$T_{k}^{(0)}$ (full vocabulary)", "T0", "num"),
+        (r"$T_{k}^{(1)}$ (split-half, covered)", "T1_split_covered", "num"),
+        (r"\quad covered mass $c_k$", "T1_covered_mass", "point"),
+        (r"$(T_{k}^{(0)}-T_{k}^{(1)})/T_{k}^{(0)}$ (split-half)",
+         "share_removed_split_covered", "pct"),
         (r"$T_{k}^{(1)}$ (importance route)", "T1_reweighted", "num"),
-        (r"$T_{k}^{(1)}$ (partitioning, covered)", "T1_split_covered", "num"),
-        (r"covered mass $c_k$", "T1_covered_mass", "point"),
+        (r"\quad mean ESS", "T1_reweighted_ess_mean", "one"),
         (r"$(T_{k}^{(0)}-T_{k}^{(1)})/T_{k}^{(0)}$ (importance)", "share_removed_reweighted",
          "pct"),
-        (r"$(T_{k}^{(0)}-T_{k}^{(1)})/T_{k}^{(0)}$ (partitioning)",
-         "share_removed_split_covered", "pct"),
     ]
     latex = []
     for label, stat, kind in interval_rows:
@@ -366,7 +376,7 @@ def table3_floor_intervals(inputs: Mapping[str, Path], spec: Mapping[str, Any],
             elif kind == "pct":
                 cells.append(fmt_pct_interval(lo, hi))
             else:
-                cells.append(fmt(est, 2))
+                cells.append(fmt(est, 2 if kind == "point" else 1))
         latex.append(cells)
     shown = pd.DataFrame(latex, columns=["slot $k$"] + [str(k) for k in s.slots])
     csv = _long(s, [(label, stat, "all") for label, stat, _ in interval_rows])
@@ -381,21 +391,17 @@ def table3_floor_intervals(inputs: Mapping[str, Path], spec: Mapping[str, Any],
 
     for k in s.slots:
         values[macro_name("floor", "interval", "T0", "slot", k)] = interval("T0", k)
-        values[macro_name("floor", "interval", "T1", "slot", k)] = interval("T1_reweighted", k)
-        values[macro_name("floor", "interval", "share", "slot", k)] = interval(
-            "share_removed_reweighted", k, True)
     values[macro_name("floor", "interval", "T0", "last")] = interval("T0", last)
-    values[macro_name("floor", "interval", "T1", "last")] = interval("T1_reweighted", last)
-    values[macro_name("floor", "interval", "T1", "split", "last")] = interval(
-        "T1_split_covered", last)
-    values[macro_name("floor", "interval", "share", "last")] = interval(
-        "share_removed_reweighted", last, True)
-    values[macro_name("floor", "interval", "share", "split", "last")] = interval(
-        "share_removed_split_covered", last, True)
-    # Slot 1: T^(1) is 0 by identity; the estimate is the numerical resolution (Sec. C.1).
-    values[macro_name("floor", "T1", "slot", 1, "residual")] = fmt(s.get("T1_reweighted", 1))
-    values[macro_name("floor", "T1", "split", "slot", 1, "residual")] = fmt(
-        s.get("T1_split_covered", 1))
+    for tag, t1_stat, share_stat in T1_ROUTES:
+        for k in s.slots:
+            values[macro_name("floor", "interval", "T1", *tag, "slot", k)] = interval(t1_stat, k)
+            values[macro_name("floor", "interval", "share", *tag, "slot", k)] = interval(
+                share_stat, k, True)
+        values[macro_name("floor", "interval", "T1", *tag, "last")] = interval(t1_stat, last)
+        values[macro_name("floor", "interval", "share", *tag, "last")] = interval(
+            share_stat, last, True)
+        # Slot 1: T^(1) is 0 by identity; the estimate is the numerical resolution (Sec. C.1).
+        values[macro_name("floor", "T1", *tag, "slot", 1, "residual")] = fmt(s.get(t1_stat, 1))
     return values
 
 
@@ -414,7 +420,7 @@ def tableD1_concentration(inputs: Mapping[str, Path], spec: Mapping[str, Any],
         (r"\quad their share of the total", "T0_below_001_share_of_total", "all", "pct"),
         (r"median $N_{\mathrm{eff}}$ ($k$-token prefixes)", "neff_median", "all", "one"),
         (r"p90 $N_{\mathrm{eff}}$", "neff_p90", "all", "one"),
-        (r"share with $N_{\mathrm{eff}}=M$", "neff_at_cap_share", "all", "pct"),
+        (r"share with no collision ($N_{\mathrm{eff}}=M$)", "neff_at_cap_share", "all", "pct"),
         (r"corr.\ $\log N_{\mathrm{eff}}$, $T_{k}^{(0)}$", "corr_log_neff_T0", "all", "corr"),
         (r"corr.\ $N_{\mathrm{eff}}$, $T_{k}^{(0)}$", "corr_neff_T0", "all", "corr"),
     ]

@@ -192,21 +192,32 @@ def _table6_slots(s: GapSummary, spec: Mapping[str, Any]) -> list[int]:
 
 def table6_dspark(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
                   ) -> dict[str, str]:
-    """Table 6: DSpark T1, R^oracle, G1 with its interval, exposure and R^self per slot."""
+    """Table 6: DSpark per slot on the split-half's covered paths (covered mass c): T1,
+    R^oracle, G1 with its interval, exposure and R^self; then the importance route's T1 and G1
+    share on every path as the second estimate."""
     s = _summary(inputs)
     _, v, _ = _names(spec)
     s.require(v)
     ks = _table6_slots(s, spec)
-    rows = [["$T^{(1)}$", *[fmt(s.get("T1", v, k), 2) for k in ks]],
+    rows = [["covered mass $c$", *[fmt(s.get("covered_mass", v, k), 2) for k in ks]],
+            ["$T^{(1)}$ (split-half)", *[fmt(s.get("T1", v, k), 2) for k in ks]],
             ["$R^{\\mathrm{oracle}}$", *[fmt(s.get("R_oracle", v, k), 2) for k in ks]],
             ["$G^{(1)}$", *[fmt(s.get("G1", v, k), 2) for k in ks]],
             ["95\\% CI on $G^{(1)}$", *[_ci(s, "G1", v, k) for k in ks]],
             ["$E^{\\mathrm{expo}}$", *[fmt(s.get("exposure", v, k), 2) for k in ks]],
-            ["$R^{\\mathrm{self}}$", *[fmt(s.get("R_self", v, k), 2) for k in ks]]]
+            ["$R^{\\mathrm{self}}$", *[fmt(s.get("R_self", v, k), 2) for k in ks]],
+            ["$T^{(1)}$ (importance)", *[fmt(s.get("T1_reweighted", v, k), 2) for k in ks]],
+            ["$G^{(1)}/R^{\\mathrm{oracle}}$ (importance)",
+             *[fmt_pct(s.get("G1_share_reweighted", v, k)) for k in ks]]]
     _table(rows, ["slot", *map(str, ks)], "table6_dspark", out_dir,
-           _long(s, ["T1", "R_oracle", "G1", "G1_share", "exposure", "R_self"], [v], ks))
+           _long(s, ["covered_mass", "T1", "R_oracle", "G1", "G1_share", "exposure", "R_self",
+                     "T1_reweighted", "R_oracle_reweighted", "G1_reweighted",
+                     "G1_share_reweighted"], [v], ks))
     L = s.last
     return {
+        macro_name("dspark", "covered", "mass", "last"): fmt(s.get("covered_mass", v, L), 2),
+        macro_name("dspark", "gap", "importance", "share", "last"): fmt_pct(
+            s.get("G1_share_reweighted", v, L)),
         macro_name("dspark", "floor", "last"): fmt(s.get("T1", v, L), 2),
         macro_name("dspark", "oracle", "risk", "last"): fmt(s.get("R_oracle", v, L), 2),
         macro_name("dspark", "gap", "last"): fmt(s.get("G1", v, L), 2),
@@ -275,13 +286,17 @@ def table12_ours_vs_dspark(inputs: Mapping[str, Path], spec: Mapping[str, Any], 
     s.require(vo)
     ks = s.slots
     rows = []
-    for stat, label in (("T1", "$T^{(1)}$"), ("R_oracle", "$R^{\\mathrm{oracle}}$"),
+    rows.append(["covered mass $c$", "", *[fmt(s.get("covered_mass", v1, k), 2) for k in ks]])
+    rows.append(["$T^{(1)}$ (split-half)", "",
+                 *[fmt(s.get("T1", v1, k), 2) for k in ks]])  # same paths: one floor
+    for stat, label in (("R_oracle", "$R^{\\mathrm{oracle}}$"),
                         ("R_self", "$R^{\\mathrm{self}}$")):
         rows.append([label, _label(v1), *[fmt(s.get(stat, v1, k), 2) for k in ks]])
         rows.append(["", _label(vo), *[fmt(s.get(stat, vo, k), 2) for k in ks]])
     pair = f"{vo}-{v1}"
-    csv = _long(s, ["T1", "R_oracle", "R_self", "G1", "exposure"], [v1, vo], ks)
-    csv += _long(s, ["diff_T1", "diff_R_oracle", "diff_R_self", "diff_G1", "diff_exposure",
+    csv = _long(s, ["covered_mass", "T1", "R_oracle", "R_self", "G1", "exposure",
+                    "G1_reweighted"], [v1, vo], ks)
+    csv += _long(s, ["diff_R_oracle", "diff_R_self", "diff_G1", "diff_exposure",
                      "gap_reduction"], [pair], ks)
     csv += _long(s, ["tau"], [v1, vo], [-1]) + _long(s, ["diff_tau"], [pair], [-1])
     latex = pd.DataFrame(rows, columns=["Metric", "Drafter", *map(str, ks)])
@@ -336,7 +351,7 @@ def table10_trajectory(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
             csv.append({"variant": v, "epoch": e, "tau": s.get("tau", label),
                         "lower": s.get("tau", label, field="lower"),
                         "upper": s.get("tau", label, field="upper"),
-                        "R_self_last": s.get("R_self", label, s.last),
+                        "R_self_last": s.get("R_self_all", label, s.last),
                         "n_anchors": s.get("tau", label, field="n_anchors")})
         done = [e for e in epochs if e in by_epoch]
         first, last = s.get("tau", by_epoch[done[0]]), s.get("tau", by_epoch[done[-1]])

@@ -367,7 +367,7 @@ def reveal_summary(floors: torch.Tensor, pi: torch.Tensor, prompts: list[str],
         rows.append(Row(f"J={J} decode forwards per step", float(1 + J), "x",
                         "(1+J)/(1+0), relative to no reveal"))
         cells, empty = st["undefined"]
-        rows.append(Row(f"J={J} undefined (j, slot, anchor) cells", float(cells), "",
+        rows.append(Row(f"J={J} undefined (j, slot, anchor) cells", float(cells), "n",
                         f"of {J * K * n}; anchor-slots with no defined j: {empty}"))
     return rows
 
@@ -448,7 +448,7 @@ def run_reveal(args: argparse.Namespace) -> list[Row]:
                      seconds=np.array(t_sample))
     ess_ok = ess[:, 1:][torch.isfinite(floors[:, 1:])]
     rows = [
-        Row("anchors", float(n), "", f"first {args.anchors_per_domain} of each of "
+        Row("anchors", float(n), "n", f"first {args.anchors_per_domain} of each of "
             f"{', '.join(domains)} (file order); {len(set(prompts))} prompts"),
         Row("paths x gamma", float(args.paths * gamma), "", f"M={args.paths}, gamma={gamma}, "
             f"forward_batch={args.forward_batch}, max reveal {J_max}, law T={law.temperature} "
