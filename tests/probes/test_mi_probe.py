@@ -21,6 +21,16 @@ SEED = 1234
 CTX = [3, 17, 5, 40, 22, 9, 31, 2, 11]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One intra-op thread, as the stages run under ``--threads 1``: with two, the CPU kernels'
+    blocking (and so the last bits) can differ between forwards of the same shape."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def model():
     from transformers import LlamaConfig, LlamaForCausalLM

@@ -275,6 +275,75 @@ def _finite_mean(x: torch.Tensor) -> float:
     return float(x[ok].mean()) if bool(ok.any()) else float("nan")
 
 
+def _reveal_stats(sub: torch.Tensor, s2: torch.Tensor, pi: torch.Tensor, prompts: list[str],
+                  rs: Any, level: float) -> dict[str, Any]:
+    """Statistics of one J from ``sub`` = ``[anchors, slots 1..gamma-1, J]`` per-j floors and
+    ``s2``, the within-anchor variance of one revealed predecessor (see reveal_summary)."""
+    from floorgap.estimators.aggregate import prompt_bootstrap
+    from floorgap.estimators.concentration import percentile_interval_finite
+
+    def interval(reps: torch.Tensor) -> tuple[float, float]:
+        lo, hi, _ = percentile_interval_finite(reps, level)
+        return float(lo), float(hi)
+
+    def boot_var(reps: torch.Tensor) -> float:
+        r = reps[torch.isfinite(reps)]
+        return float(r.var()) if r.numel() > 1 else float("nan")
+
+    K = sub.shape[1]
+    n_def = torch.isfinite(sub).sum(-1)  # [n, K]
+    mask = n_def > 0
+    y = torch.where(mask, torch.nanmean(sub, -1), torch.zeros(()))
+    res = prompt_bootstrap(y, prompts, pi, mask.double(), resample=rs, level=level,
+                           return_replicates=True)
+    reps = res.replicates  # [B, K]
+    assert reps is not None
+    # Within-j variance of each slot's Hajek mean (linearised), then of their slot average.
+    wm = (1.0 / pi).unsqueeze(1) * mask
+    vw_cells = torch.where(mask & torch.isfinite(s2), wm ** 2 * s2 / n_def.clamp(min=1),
+                           torch.zeros_like(s2))
+    vw = vw_cells.sum(0) / wm.sum(0) ** 2  # [K]
+    sd = _nan_sd(sub)  # [n, K]
+    mean_reps = reps.mean(1)
+    return {
+        "last": (float(res.estimate[-1]), *interval(reps[:, -1]), int(mask[:, -1].sum()),
+                 float(vw[-1]) / boot_var(reps[:, -1])),
+        "mean": (float(res.estimate.mean()), *interval(mean_reps), int(mask.any(1).sum()),
+                 float(vw.sum()) / K ** 2 / boot_var(mean_reps)),
+        "sd": (_finite_mean(sd), _finite_mean(sd[:, -1])),
+        "undefined": (int((~torch.isfinite(sub)).sum()), int((~mask).sum())),
+    }
+
+
+def _reveal_rows(J: int, st: dict[str, Any], ref: tuple[int, dict[str, Any]], *, last: int,
+                 n_anchors: int, n_boot: int, n_prompts: int, level: float) -> list[Row]:
+    """The rows of one J (``st`` from :func:`_reveal_stats`; ``ref`` = (J, stats) of the
+    reference J of the width ratios)."""
+    rows: list[Row] = []
+    for key, label in (("last", f"slot {last}"), ("mean", f"slots 1-{last} mean")):
+        est, lo, hi, n_used, _ = st[key]
+        ref_width = ref[1][key][2] - ref[1][key][1]
+        rows += [Row(f"J={J} {label}: T1 reweighted", est, "",
+                     f"Hajek; {level:.0%} [{lo:.4f}, {hi:.4f}], width {hi - lo:.4f}; "
+                     f"{n_used} anchors"),
+                 Row(f"J={J} {label}: interval width", hi - lo, "",
+                     f"prompt bootstrap B={n_boot}, {n_prompts} prompts"),
+                 Row(f"J={J} {label}: width ratio vs J={ref[0]}", (hi - lo) / ref_width, "x")]
+    sd_all, sd_last = st["sd"]
+    rows.append(Row(f"J={J} within-anchor sd over j", None if J < 2 else sd_all, "",
+                    "needs J >= 2" if J < 2 else
+                    f"mean over anchor x slots 1-{last}; slot {last}: {sd_last:.4f}"))
+    rows.append(Row(f"J={J} within-j variance share", st["mean"][4], "",
+                    f"approx., of the slot mean's bootstrap variance; slot {last}: "
+                    f"{st['last'][4]:.3f}"))
+    rows.append(Row(f"J={J} decode forwards per step", float(1 + J), "x",
+                    "(1+J)/(1+0), relative to no reveal"))
+    cells, empty = st["undefined"]
+    rows.append(Row(f"J={J} undefined (j, slot, anchor) cells", float(cells), "n",
+                    f"of {J * (last) * n_anchors}; anchor-slots with no defined j: {empty}"))
+    return rows
+
+
 def reveal_summary(floors: torch.Tensor, pi: torch.Tensor, prompts: list[str],
                    grid: list[int], *, n_boot: int, seed: int | None = None,
                    level: float = 0.95) -> list[Row]:
@@ -292,9 +361,7 @@ def reveal_summary(floors: torch.Tensor, pi: torch.Tensor, prompts: list[str],
     all J_max j's over the anchor's count of defined j's, linearised Hajek weights), the
     decode forwards per step relative to no reveal, and the count of undefined cells.
     """
-    from floorgap.estimators.aggregate import (DEFAULT_BOOT_SEED, cluster_resample,
-                                               prompt_bootstrap)
-    from floorgap.estimators.concentration import percentile_interval_finite
+    from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED, cluster_resample
 
     floors = torch.as_tensor(floors, dtype=torch.float64)
     if floors.dim() != 3 or floors.shape[1] < 2:
@@ -304,98 +371,26 @@ def reveal_summary(floors: torch.Tensor, pi: torch.Tensor, prompts: list[str],
     if not grid or grid[0] < 1 or grid[-1] > j_max:
         raise ValueError(f"reveal grid must lie in 1..{j_max}")
     pi = torch.as_tensor(pi, dtype=torch.float64)
-    w = 1.0 / pi
-    deep = floors[:, 1:]  # [n, K, J_max]: slots 1..gamma-1
-    K = last = gamma - 1
+    deep = floors[:, 1:]  # [n, gamma-1, J_max]: slots 1..gamma-1
     rs = cluster_resample(list(prompts), n_boot, DEFAULT_BOOT_SEED if seed is None else seed)
-    s2 = _nan_sd(deep) ** 2  # [n, K]: within-anchor variance of one revealed predecessor
-
-    def interval(reps: torch.Tensor) -> tuple[float, float]:
-        lo, hi, _ = percentile_interval_finite(reps, level)
-        return float(lo), float(hi)
-
-    def boot_var(reps: torch.Tensor) -> float:
-        r = reps[torch.isfinite(reps)]
-        return float(r.var()) if r.numel() > 1 else float("nan")
-
-    stats: dict[int, dict[str, Any]] = {}
-    for J in grid:
-        sub = deep[..., :J]
-        n_def = torch.isfinite(sub).sum(-1)  # [n, K]
-        mask = n_def > 0
-        y = torch.where(mask, torch.nanmean(sub, -1), torch.zeros(()))
-        res = prompt_bootstrap(y, prompts, pi, mask.double(), resample=rs, level=level,
-                               return_replicates=True)
-        reps = res.replicates  # [B, K]
-        assert reps is not None
-        # Within-j variance of each slot's Hajek mean, then of their average over the slots.
-        wm = w.unsqueeze(1) * mask
-        vw_cells = torch.where(mask & torch.isfinite(s2), wm ** 2 * s2 / n_def.clamp(min=1),
-                               torch.zeros_like(s2))
-        vw = vw_cells.sum(0) / wm.sum(0) ** 2  # [K]
-        sd = _nan_sd(sub)  # [n, K]
-        mean_reps = reps.mean(1)
-        stats[J] = {
-            "last": (float(res.estimate[-1]), *interval(reps[:, -1]), int(mask[:, -1].sum()),
-                     float(vw[-1]) / boot_var(reps[:, -1])),
-            "mean": (float(res.estimate.mean()), *interval(mean_reps), int(mask.any(1).sum()),
-                     float(vw.sum()) / K ** 2 / boot_var(mean_reps)),
-            "sd": (_finite_mean(sd), _finite_mean(sd[:, -1])),
-            "undefined": (int((~torch.isfinite(sub)).sum()), int((~mask).sum())),
-        }
-
-    ref = grid[0]
+    s2 = _nan_sd(deep) ** 2  # [n, gamma-1]: within-anchor variance of one revealed predecessor
+    stats = {J: _reveal_stats(deep[..., :J], s2, pi, list(prompts), rs, level) for J in grid}
     rows: list[Row] = []
     for J in grid:
-        st = stats[J]
-        for key, label in (("last", f"slot {last}"), ("mean", f"slots 1-{last} mean")):
-            est, lo, hi, n_used, _ = st[key]
-            ref_width = stats[ref][key][2] - stats[ref][key][1]
-            rows += [Row(f"J={J} {label}: T1 reweighted", est, "",
-                         f"Hajek; {level:.0%} [{lo:.4f}, {hi:.4f}], width {hi - lo:.4f}; "
-                         f"{n_used} anchors"),
-                     Row(f"J={J} {label}: interval width", hi - lo, "",
-                         f"prompt bootstrap B={n_boot}, {rs.n_clusters} prompts"),
-                     Row(f"J={J} {label}: width ratio vs J={ref}", (hi - lo) / ref_width, "x")]
-        sd_all, sd_last = st["sd"]
-        rows.append(Row(f"J={J} within-anchor sd over j", None if J < 2 else sd_all, "",
-                        "needs J >= 2" if J < 2 else
-                        f"mean over anchor x slots 1-{last}; slot {last}: {sd_last:.4f}"))
-        rows.append(Row(f"J={J} within-j variance share", st["mean"][4], "",
-                        f"approx., of the slot mean's bootstrap variance; slot {last}: "
-                        f"{st['last'][4]:.3f}"))
-        rows.append(Row(f"J={J} decode forwards per step", float(1 + J), "x",
-                        "(1+J)/(1+0), relative to no reveal"))
-        cells, empty = st["undefined"]
-        rows.append(Row(f"J={J} undefined (j, slot, anchor) cells", float(cells), "n",
-                        f"of {J * K * n}; anchor-slots with no defined j: {empty}"))
+        rows += _reveal_rows(J, stats[J], (grid[0], stats[grid[0]]), last=gamma - 1,
+                             n_anchors=n, n_boot=n_boot, n_prompts=rs.n_clusters, level=level)
     return rows
 
 
-def run_reveal(args: argparse.Namespace) -> list[Row]:
-    """The importance route of T^(1) at the first anchors of every domain: one
-    ``sample_block(reveal_paths=max_reveal)`` per anchor, the floor of every revealed
-    predecessor at every slot, and the interval of the Hajek mean for each J of the grid."""
-    import sys
+def _reveal_anchors(args: argparse.Namespace) -> tuple[list[Any], list[list[int]], list[str],
+                                                        int]:
+    """The first ``--anchors-per-domain`` anchor rows of every domain file (file order), their
+    contexts, the domains and gamma (``--gamma``, else the anchors' metadata, else 7)."""
     from pathlib import Path
 
     from floorgap.data.anchors import anchor_contexts, check_anchors_gamma
-    from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED
-    from floorgap.models.targets import load_target
-    from floorgap.probes.rollouts import sample_block
     from floorgap.records import read_metadata, read_table
-    from floorgap.sampling import SamplingLaw
 
-    start = time.perf_counter()
-    if not Path(args.model_dir, "floorgap_model.json").is_file():
-        raise SystemExit(f"{args.model_dir} is not a materialised target; build it with "
-                         f"`snakemake --cores all {args.model_dir}`")
-    J_max = args.max_reveal
-    if not 1 <= J_max <= min(args.forward_batch, args.paths):
-        raise SystemExit("--max-reveal must lie in 1..min(--forward-batch, --paths)")
-    grid = sorted({int(x) for x in args.reveal_grid.split(",") if x.strip()})
-    if not grid or grid[0] < 1 or grid[-1] > J_max:
-        raise SystemExit(f"--reveal-grid must hold values in 1..{J_max}")
     base = Path(args.results, args.target)
     files = sorted((base / "anchors").glob("*.parquet"))
     if not files:
@@ -414,9 +409,43 @@ def run_reveal(args: argparse.Namespace) -> list[Row]:
     assert gamma is not None
     if gamma < 2:
         raise SystemExit("the importance route needs gamma >= 2")
+    return anchor_rows, contexts, domains, gamma
 
-    device = torch.device(args.device)
-    model, _ = load_target(args.model_dir, args.dtype, device)
+
+def _save_reveal_floors(path: str, floors: torch.Tensor, ess: torch.Tensor, pi: torch.Tensor,
+                        prompts: list[str], anchor_ids: list[str], seconds: list[float]) -> None:
+    from floorgap.records import atomic_path
+
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.savez(fh, floors=floors.numpy(), ess=ess.numpy(), pi=pi.numpy(),
+                 prompts=np.array(prompts), anchor_ids=np.array(anchor_ids),
+                 seconds=np.array(seconds))
+
+
+def run_reveal(args: argparse.Namespace) -> list[Row]:
+    """The importance route of T^(1) at the first anchors of every domain: one
+    ``sample_block(reveal_paths=max_reveal)`` per anchor, the floor of every revealed
+    predecessor at every slot, and the interval of the Hajek mean for each J of the grid."""
+    import sys
+    from pathlib import Path
+
+    from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED
+    from floorgap.models.targets import load_target
+    from floorgap.probes.rollouts import sample_block
+    from floorgap.sampling import SamplingLaw
+
+    start = time.perf_counter()
+    if not Path(args.model_dir, "floorgap_model.json").is_file():
+        raise SystemExit(f"{args.model_dir} is not a materialised target; build it with "
+                         f"`snakemake --cores all {args.model_dir}`")
+    J_max = args.max_reveal
+    if not 1 <= J_max <= min(args.forward_batch, args.paths):
+        raise SystemExit("--max-reveal must lie in 1..min(--forward-batch, --paths)")
+    grid = sorted({int(x) for x in args.reveal_grid.split(",") if x.strip()})
+    if not grid or grid[0] < 1 or grid[-1] > J_max:
+        raise SystemExit(f"--reveal-grid must hold values in 1..{J_max}")
+    anchor_rows, contexts, domains, gamma = _reveal_anchors(args)
+    model, _ = load_target(args.model_dir, args.dtype, torch.device(args.device))
     law = SamplingLaw()  # the evaluation law: temperature 1, no truncation
     n = len(anchor_rows)
     floors = torch.empty((n, gamma, J_max), dtype=torch.float64)
@@ -435,17 +464,11 @@ def run_reveal(args: argparse.Namespace) -> list[Row]:
               f"floors {t_floor[-1]:.1f} s; mean over j by slot "
               + " ".join(f"{float(v):.3f}" for v in floors[i, 1:].nanmean(-1)),
               file=sys.stderr, flush=True)
-
     pi = torch.tensor([float(a.pi) for a in anchor_rows], dtype=torch.float64)
     prompts = [str(a.prompt_id) for a in anchor_rows]
     if args.save_floors:
-        from floorgap.records import atomic_path
-
-        with atomic_path(args.save_floors) as tmp, open(tmp, "wb") as fh:
-            np.savez(fh, floors=floors.numpy(), ess=ess.numpy(), pi=pi.numpy(),
-                     prompts=np.array(prompts),
-                     anchor_ids=np.array([str(a.anchor_id) for a in anchor_rows]),
-                     seconds=np.array(t_sample))
+        _save_reveal_floors(args.save_floors, floors, ess, pi, prompts,
+                            [str(a.anchor_id) for a in anchor_rows], t_sample)
     ess_ok = ess[:, 1:][torch.isfinite(floors[:, 1:])]
     rows = [
         Row("anchors", float(n), "n", f"first {args.anchors_per_domain} of each of "
