@@ -172,20 +172,29 @@ class SlotFloorRecord:
     n_eff: float
 
 
-def _reweighted_slot(block: SampledBlock, k: int) -> tuple[float, float, float, int]:
-    """The importance route at slot k >= 1: (mean floor, min ESS, mean ESS) over the revealed
-    predecessors with some weight, and how many had none. NaNs when none had any."""
+def revealed_floors(block: SampledBlock, k: int) -> Any:
+    """The importance route at slot k >= 1 for each of the block's J revealed predecessors
+    (:class:`floorgap.estimators.floors.ReweightedFloor`, leading dim J): weights w_s =
+    p_{k-1}^(s)(z*_j) with the revealed path's own weight set to zero, since its prefix is not
+    independent of its token. A j whose weights are all zero has value NaN."""
     from floorgap.estimators.floors import floor_order1_reweighted, reveal_weights
 
+    if block.revealed is None or k < 1:
+        raise ValueError("the importance route needs revealed predecessors and slot k >= 1")
     P = block.probs
     J = block.revealed.shape[1]
     weights = reveal_weights(P[k - 1], block.tokens[:J, k - 1].to(P.device))  # [J, M]
-    # The revealed path's own prefix is not independent of its token: leave it out.
     weights[torch.arange(J), torch.arange(J)] = 0.0
-    rw = floor_order1_reweighted(block.revealed[k], weights)
+    return floor_order1_reweighted(block.revealed[k], weights)
+
+
+def _reweighted_slot(block: SampledBlock, k: int) -> tuple[float, float, float, int]:
+    """The importance route at slot k >= 1: (mean floor, min ESS, mean ESS) over the revealed
+    predecessors with some weight, and how many had none. NaNs when none had any."""
+    rw = revealed_floors(block, k)
     defined = torch.isfinite(rw.value)
     n_undefined = int((~defined).sum())
-    if n_undefined == J:
+    if n_undefined == defined.numel():
         nan = float("nan")
         return nan, nan, nan, n_undefined
     ess = rw.ess[defined]

@@ -236,24 +236,18 @@ BENCHMARKS["rollouts"] = ("rollout probe vs generate(num_return_sequences=M)",
 
 def reveal_floors(block: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """``[gamma, J]`` importance-route floors of each revealed predecessor j at each slot, and
-    the Kish ESS of their weights (float64, CPU).
+    the Kish ESS of their weights (float64, CPU): the probe's
+    :func:`floorgap.probes.rollouts.revealed_floors`, kept per j instead of averaged. Slot 0
+    (no predecessor) and a j whose weights are all zero are NaN."""
+    from floorgap.probes.rollouts import revealed_floors
 
-    The weights are those of :func:`floorgap.probes.rollouts.anchor_records`: w_s =
-    p_{k-1}^(s)(z*_j), with the revealed path's own weight set to zero; the floors are kept per
-    j instead of averaged. Slot 0 (no predecessor) and a j whose weights are all zero are NaN.
-    """
-    from floorgap.estimators.floors import floor_order1_reweighted, reveal_weights
-
-    P, R, tokens = block.probs, block.revealed, block.tokens
-    if R is None:
+    if block.revealed is None:
         raise ValueError("the block was sampled without revealed predecessors")
-    gamma, J = P.shape[0], R.shape[1]
+    gamma, J = block.probs.shape[0], block.revealed.shape[1]
     values = torch.full((gamma, J), float("nan"), dtype=torch.float64)
     ess = torch.full((gamma, J), float("nan"), dtype=torch.float64)
     for k in range(1, gamma):
-        weights = reveal_weights(P[k - 1], tokens[:J, k - 1].to(P.device))  # [J, M]
-        weights[torch.arange(J), torch.arange(J)] = 0.0
-        rw = floor_order1_reweighted(R[k], weights)
+        rw = revealed_floors(block, k)
         values[k] = rw.value.double().cpu()
         ess[k] = rw.ess.double().cpu()
     return values, ess
