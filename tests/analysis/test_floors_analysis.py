@@ -135,13 +135,18 @@ def test_undefined_revealed_tokens_are_counted_and_fail_above_the_share(tmp_path
     files = build_records(tmp_path, anchors_per_domain=4)
 
     def one_undefined(df):
-        # The first anchor's slot-2 cell lost one of its J = 2 revealed predecessors.
+        # The first anchor's slot-2 cell lost one of its J = 2 revealed predecessors; the
+        # last anchor's slot-1 row claims more undefined predecessors than were revealed.
         first = df.anchor_id == df.anchor_id.iloc[0]
         df.loc[first & (df.slot == 2), "t1_reweighted_undefined"] = 1
+        df.loc[(df.anchor_id == df.anchor_id.iloc[-1]) & (df.slot == 1),
+               "t1_reweighted_undefined"] = 3
         return df
 
     rewrite(files["floors"][0], one_undefined)
     rec, table, summary = run(files, n_boot=100)
+    corrupt = [i for i in rec.issues if i.kind == "floor_corrupt"]
+    assert len(corrupt) == 1 and "t1_reweighted_undefined=3" in corrupt[0].detail
     assert stat(summary, "T1_reweighted_undefined", 2).estimate == 1
     assert stat(summary, "T1_reweighted_undefined", 1).estimate == 0
     share = stat(summary, "T1_reweighted_undefined_share", 2).estimate

@@ -246,8 +246,12 @@ def _floor_row_problem(row: Any, gamma: int, reveal: int) -> str | None:
         problem = unit(name, allow_nan=c == 0)
         if problem:
             return problem
-    undefined = float(row.t1_reweighted_undefined)
-    if not (undefined == int(undefined) and 0 <= undefined <= max(reveal, 0)):
+    try:
+        undefined = float(row.t1_reweighted_undefined)
+    except (TypeError, ValueError):
+        undefined = math.nan
+    if not (math.isfinite(undefined) and undefined == int(undefined)
+            and 0 <= undefined <= max(reveal, 0)):
         return f"t1_reweighted_undefined={row.t1_reweighted_undefined!r} outside 0..{reveal}"
     if float(row.t1_lower) > float(row.t1_upper) + _TOL:
         return "t1_lower exceeds t1_upper"
