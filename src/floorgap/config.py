@@ -160,7 +160,8 @@ class WorkflowSpec:
         cfg = self.config
         return {"target": self.target(target), "domains": [self.domain(d) for d in self.domains],
                 "training_data": cfg["drafters"]["training_data"], "corpus": cfg["corpus"],
-                "gamma": cfg["anchors"]["gamma"], "seed": cfg["seed"]}
+                "evaluation_law": cfg["evaluation_law"], "gamma": cfg["anchors"]["gamma"],
+                "seed": cfg["seed"]}
 
     def drafters_spec(self, target: str, variant: str) -> dict[str, Any]:
         cfg = self.config

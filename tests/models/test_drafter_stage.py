@@ -10,18 +10,18 @@ import torch
 from floorgap.stages import drafters as train_cli
 from floorgap.stages import drafter_data as data_cli
 from floorgap.stages._cli import run_stage
-from floorgap.data.drafter_data import load_drafter_data, sequence
+from floorgap.data.drafter_data import block_index, load_drafter_data, sequence
 from floorgap.models.checkpoints import load_final
 from floorgap.records import read_table
 from floorgap.sampling import SamplingLaw
 
 
 def _data_spec(cfg, target, **overrides):
-    td = dict(cfg["drafters"]["training_data"], prompts_per_domain=2, blocks_per_response=3,
-              top_k_targets=8, **overrides)
+    td = dict(cfg["drafters"]["training_data"], prompts_per_domain=2, top_k_targets=8,
+              **overrides)
     return {"target": target, "domains": [{"name": "gsm8k", **cfg["domains"]["gsm8k"]}],
             "training_data": td, "corpus": cfg["corpus"], "gamma": cfg["anchors"]["gamma"],
-            "seed": cfg["seed"]}
+            "evaluation_law": cfg["evaluation_law"], "seed": cfg["seed"]}
 
 
 def _make_data(smoke_domain_records, out):
@@ -51,15 +51,17 @@ def test_training_data_deterministic_and_disjoint(smoke_domain_records, train_da
     assert evaluation and not evaluation & set(data["seq_prompt_ids"])
     assert sorted(data["metadata"]["excluded_prompt_ids"]["gsm8k"]) == sorted(evaluation)
     gamma = cfg["anchors"]["gamma"]
-    n = len(data["block_seq"])
-    assert n > 0 and data["block_tokens"].shape == (n, gamma)
-    assert data["target_ids"].shape == data["target_vals"].shape == (n, gamma, 8)
-    for i in range(n):
-        seq = sequence(data, int(data["block_seq"][i]))
-        c = int(data["context_len"][i])
-        assert c > int(data["seq_prompt_len"][int(data["block_seq"][i])]) - 1
-        assert int(data["committed"][i]) == int(seq[c - 1])
-        assert torch.equal(data["block_tokens"][i], seq[c:c + gamma])
+    n_seq = len(data["seq_prompt_ids"])
+    resp = data["seq_offsets"].diff() - data["seq_prompt_len"]
+    assert n_seq > 0 and (resp >= gamma).all()
+    assert torch.equal(data["pos_offsets"].diff(), resp)      # one target row per response token
+    assert data["target_ids"].shape == data["target_vals"].shape == (int(resp.sum()), 8)
+    seq, ctx = block_index(data, gamma)                        # every response position a start
+    assert len(seq) == int((resp - gamma + 1).sum())
+    for s in range(n_seq):
+        c = ctx[seq == s]
+        lp = int(data["seq_prompt_len"][s])
+        assert c.tolist() == list(range(lp, lp + int(resp[s]) - gamma + 1))
 
 
 def test_topk_targets_match_fresh_forward(smoke_domain_records, train_data):
@@ -67,19 +69,18 @@ def test_topk_targets_match_fresh_forward(smoke_domain_records, train_data):
 
     cfg, target, model_dir, *_ = smoke_domain_records
     _, data = train_data
-    law = SamplingLaw.from_spec(cfg["drafters"]["training_data"]["law"])
+    law = SamplingLaw.from_spec(cfg["evaluation_law"])      # targets: the evaluation law
     model, _ = load_target(model_dir, target["dtype"], "cpu")
-    gamma = cfg["anchors"]["gamma"]
-    for i in range(len(data["block_seq"])):
-        seq = sequence(data, int(data["block_seq"][i]))
-        c = int(data["context_len"][i])
-        ids = torch.cat([seq[:c], data["block_tokens"][i]])[None]      # context + realised block
+    for s in range(len(data["seq_prompt_ids"])):
+        ids = sequence(data, s)[None]
+        lp = int(data["seq_prompt_len"][s])
         with torch.no_grad():
-            logits = model(input_ids=ids).logits[0, c - 1:c - 1 + gamma]
+            logits = model(input_ids=ids).logits[0, lp - 1:-1]
         vals, top = law.probs(logits).topk(8, dim=-1)
-        torch.testing.assert_close(data["target_vals"][i], vals.float(), atol=1e-5, rtol=1e-4)
+        a, b = int(data["pos_offsets"][s]), int(data["pos_offsets"][s + 1])
+        torch.testing.assert_close(data["target_vals"][a:b], vals.float(), atol=1e-5, rtol=1e-4)
         keep = vals > 1e-4                                             # ids of clearly kept mass
-        assert torch.equal(data["target_ids"][i].long()[keep], top[keep])
+        assert torch.equal(data["target_ids"][a:b].long()[keep], top[keep])
 
 
 def test_drafter_cli_trains_resumes_and_loads(smoke_domain_records, train_data, tmp_path):
@@ -101,7 +102,7 @@ def test_drafter_cli_trains_resumes_and_loads(smoke_domain_records, train_data, 
     records = [json.loads(line) for line in log.read_text().splitlines()]
     epoch = [r for r in records if r["kind"] == "epoch"]
     assert len(epoch) == 1 and epoch[0]["tokens_per_s"] > 0
-    assert epoch[0]["examples"] == len(data["block_seq"])
+    assert epoch[0]["examples"] == len(block_index(data, cfg["anchors"]["gamma"])[0])
 
     # Same output again: every epoch is checkpointed, so nothing is trained.
     assert run_stage(train_cli.main, train_cli.build_parser(), argv) == 0

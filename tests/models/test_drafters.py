@@ -128,7 +128,7 @@ def test_dflash_independent_of_block_tokens(target, batch):
 def test_dspark_zero_markov_head_is_predecessor_free(target, batch):
     feats, mask, committed, block, _ = batch
     model = make("dspark", target)
-    assert torch.count_nonzero(model.markov_b.weight) == 0
+    assert torch.count_nonzero(model.markov_head.markov_w2.weight) == 0
     other = torch.randint(0, V - 1, (B, G))
     a = model.propose(feats, committed, block, prefix_mask=mask)
     b = model.propose(feats, committed, other, prefix_mask=mask)
@@ -137,7 +137,7 @@ def test_dspark_zero_markov_head_is_predecessor_free(target, batch):
                     generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(d.logits, a)
     with torch.no_grad():
-        model.markov_b.weight.normal_()
+        model.markov_head.markov_w2.weight.normal_()
     c = model.propose(feats, committed, other, prefix_mask=mask)
     assert not torch.allclose(model.propose(feats, committed, block, prefix_mask=mask), c)
     # forward (teacher forcing) agrees with propose for the same predecessors
@@ -148,7 +148,7 @@ def test_dspark_draft_is_reproducible(target, batch):
     feats, mask, committed, *_ = batch
     model = make("dspark", target)
     with torch.no_grad():
-        model.markov_b.weight.normal_()
+        model.markov_head.markov_w2.weight.normal_()
     d1 = model.draft(feats, committed, mask, 1.0, torch.Generator().manual_seed(5))
     d2 = model.draft(feats, committed, mask, 1.0, torch.Generator().manual_seed(5))
     assert torch.equal(d1.tokens, d2.tokens)
@@ -241,7 +241,7 @@ def test_propose_paths_equals_propose_on_expanded_context(kind, target, batch):
     model = make(kind, target).eval()
     if kind == "dspark":
         with torch.no_grad():
-            model.markov_b.weight.normal_(std=0.5)   # a live predecessor correction
+            model.markov_head.markov_w2.weight.normal_(std=0.5)   # a live predecessor correction
     m = 6
     g = torch.Generator().manual_seed(9)
     preds = torch.randint(0, V - 1, (m, G), generator=g)

@@ -117,7 +117,7 @@ def test_a_drafter_equal_to_the_target_has_no_risk(model, stored):
 def test_dspark_without_markov_head_has_no_exposure(model, stored):
     drafter = _drafter(model, "dspark")
     with torch.no_grad():
-        drafter.markov_b.weight.zero_()
+        drafter.markov_head.markov_w2.weight.zero_()
     ev = _evaluate(model, drafter, stored)
     assert ev.self_tokens is not None and ev.self_tokens.shape == (M, GAMMA)
     _, slots = anchor_eval_records("a", ev)
@@ -127,7 +127,7 @@ def test_dspark_without_markov_head_has_no_exposure(model, stored):
     assert (f.risk_self - f.risk_oracle).abs().max() < 1e-12
     # a live Markov head makes the proposal depend on the chain
     with torch.no_grad():
-        drafter.markov_b.weight.normal_(std=1.0)
+        drafter.markov_head.markov_w2.weight.normal_(std=1.0)
     live = dataclass_rows(anchor_eval_records("a", _evaluate(model, drafter, stored))[1])
     assert (live.exposure.abs() > 0).any()
 
@@ -151,7 +151,7 @@ def test_stage_records_are_deterministic(model, smoke_domain_records):
                       "--threads", "1"]) == 0
     drafter = _drafter(model, "dspark")
     with torch.no_grad():
-        drafter.markov_b.weight.normal_(std=0.5)
+        drafter.markov_head.markov_w2.weight.normal_(std=0.5)
     ckpt = out / "final.pt"
     # the layout of final.pt: config, trainable weights and the training loader's checks
     torch.save({"drafter_config": dataclasses.asdict(drafter.cfg),
@@ -229,7 +229,7 @@ def test_oracle_risk_is_at_least_the_order1_floor_on_every_anchor(model, smoke_d
     drafter = _drafter(model, kind)
     if kind == "dspark":
         with torch.no_grad():
-            drafter.markov_b.weight.normal_(std=1.0)  # a live predecessor correction
+            drafter.markov_head.markov_w2.weight.normal_(std=1.0)  # a live predecessor correction
     checked = 0
     for a, ctx in zip(table.itertuples(index=False), contexts, strict=True):
         seed = int(a.anchor_seed)

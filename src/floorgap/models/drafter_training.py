@@ -31,19 +31,27 @@ if TYPE_CHECKING:
 
 # Variant keys that map onto DrafterConfig fields of another name, or that are not model fields.
 _RENAMED = {"layers": "n_layers", "heads": "n_heads"}
-_NOT_MODEL = {"name", "epochs", "checkpoint", "seed_key"}
+_NOT_MODEL = {"name", "epochs", "checkpoint", "seed_key", "init", "blocks"}
 
 
 def drafter_config(variant: Mapping[str, Any], taps: list[int], gamma: int, target_config: Any
                    ) -> DrafterConfig:
-    """The ``DrafterConfig`` of a config variant on a target (width, heads and MLP width follow
-    the target unless the variant sets ``heads``)."""
+    """The ``DrafterConfig`` of a config variant on a target: width, heads, key/value heads, head
+    width, MLP width, norm epsilon and rotary base follow the target's (so a drafter layer has
+    the shapes of a target layer) unless the variant sets ``heads``."""
     from floorgap.models.drafters import DrafterConfig
 
+    tc = target_config
+    heads = int(tc.num_attention_heads)
     fields = {"kind": variant["kind"], "gamma": int(gamma), "taps": [int(t) for t in taps],
-              "hidden_size": int(target_config.hidden_size),
-              "n_heads": int(target_config.num_attention_heads),
-              "intermediate_size": int(target_config.intermediate_size)}
+              "hidden_size": int(tc.hidden_size), "n_heads": heads,
+              "n_kv_heads": int(getattr(tc, "num_key_value_heads", None) or heads),
+              "head_dim": int(getattr(tc, "head_dim", None) or tc.hidden_size // heads),
+              "intermediate_size": int(tc.intermediate_size),
+              "rms_eps": float(getattr(tc, "rms_norm_eps", 1e-6)),
+              "rope_theta": float(getattr(tc, "rope_theta", None) or 1_000_000.0)}
+    if "heads" in variant:  # a drafter with its own head count keeps full multi-head attention
+        fields.update(n_kv_heads=None, head_dim=None)
     for key, value in variant.items():
         if key in _NOT_MODEL:
             continue
@@ -65,27 +73,53 @@ def train_config(spec: Mapping[str, Any], checkpoint_dir: Path, device: str) -> 
                        weight_decay=float(tr.get("weight_decay", 0.01)),
                        seed=derive_seed(int(spec["seed"]), "drafter-train",
                                        variant.get("seed_key", variant["name"])),
-                       checkpoint_dir=str(checkpoint_dir), device=device)
+                       checkpoint_dir=str(checkpoint_dir), device=device, sparse_targets=True,
+                       autocast_dtype=tr.get("autocast"))
 
 
 class BlockExamples:
-    """Training examples of a record with target features computed online, once per sequence.
+    """Every block of a training record (floorgap.data.drafter_data), with the target's tap
+    features computed once per sequence and held in memory as float32.
 
-    ``example[i]`` = ``features [T, F]`` (the committed prefix ``sequence[:context_len - 1]``),
-    ``committed``, ``block_tokens [G]``, ``target_ids``/``target_vals [G, K]``.
+    Batches group blocks by sequence (:meth:`epoch_batches`): the blocks of one sequence share
+    its context features and differ only in where their prefix ends, so a batch carries the
+    features once ([1, T, F]) with ``feature_index`` and per-block ``prefix_mask`` [N, T]
+    (:class:`floorgap.models.drafters.Backbone`). ``max_blocks`` keeps the first whole
+    sequences of a seeded order holding at least that many blocks (nested across budgets).
     """
 
-    def __init__(self, data: Mapping[str, Any], target_model: Any, taps: list[int]) -> None:
-        self.data, self.target, self.taps = data, target_model, list(taps)
-        self.features: list[Any] | None = None
-        if int(data["context_len"].min()) < 2:
+    def __init__(self, data: Mapping[str, Any], target_model: Any, taps: list[int], gamma: int,
+                 *, max_blocks: int | None = None, seed: int = 0) -> None:
+        import torch
+
+        from floorgap.data.drafter_data import block_index
+        from floorgap.seeds import derive_seed, generator_for
+
+        self.data, self.target, self.taps, self.gamma = data, target_model, list(taps), gamma
+        self.features: dict[int, Any] | None = None
+        seq, ctx = block_index(data, gamma)
+        if len(seq) == 0:
+            raise StageError("the training record holds no block")
+        if int(ctx.min()) < 2:
             raise StageError("a training block has an empty committed prefix")
+        n_seq = int(data["seq_prompt_len"].shape[0])
+        order = torch.randperm(n_seq, generator=generator_for(derive_seed(seed, "budget")))
+        counts = torch.bincount(seq, minlength=n_seq)
+        keep = order
+        if max_blocks is not None:
+            upto = int((counts[order].cumsum(0) < max_blocks).sum()) + 1
+            keep = order[:upto]
+        chosen = torch.zeros(n_seq, dtype=torch.bool)
+        chosen[keep] = True
+        sel = chosen[seq]
+        self.block_seq, self.context_len = seq[sel], ctx[sel]
+        self.sequences = sorted(int(i) for i in keep)
 
     def __len__(self) -> int:
-        return int(self.data["block_seq"].shape[0])
+        return int(self.block_seq.shape[0])
 
     def prepare(self) -> float:
-        """Compute the tap features of every sequence; returns the seconds it took."""
+        """Compute the tap features of every kept sequence; returns the seconds it took."""
         import torch
 
         from floorgap.data.drafter_data import sequence
@@ -96,24 +130,62 @@ class BlockExamples:
             return 0.0
         timer = Timer()
         device = next(self.target.parameters()).device
-        feats = []
-        n_seq = int(self.data["seq_offsets"].shape[0]) - 1
+        feats = {}
         with torch.no_grad():
-            for s in range(n_seq):
+            for s in self.sequences:
                 ids = sequence(self.data, s)[None].to(device)
                 f = target_features(self.target, ids, torch.ones_like(ids), self.taps)
-                feats.append(f[0].to("cpu", torch.float32))
+                feats[s] = f[0].to("cpu", torch.float32)
         self.features = feats
         return timer.seconds
 
-    def __getitem__(self, i: int) -> dict[str, Any]:
+    def epoch_batches(self, batch_size: int, seed: int, epoch: int, *, min_size: int = 1
+                      ) -> list[Any]:
+        """The epoch's batches: each sequence's blocks in a keyed random order, cut into chunks
+        of ``batch_size``, the chunks in a keyed random order; chunks under ``min_size`` go."""
+        import torch
+
+        from floorgap.seeds import derive_seed, generator_for
+
+        gen = generator_for(derive_seed(seed, "drafter-train", "epoch", epoch))
+        chunks = []
+        for s in self.sequences:
+            idx = (self.block_seq == s).nonzero().view(-1)
+            idx = idx[torch.randperm(len(idx), generator=gen)]
+            chunks += [c for c in torch.split(idx, batch_size) if len(c) >= min_size]
+        return [chunks[int(i)] for i in torch.randperm(len(chunks), generator=gen)]
+
+    def gather(self, indices: Any) -> dict[str, Any]:
+        """The blocks ``indices`` (of one sequence) as one batch sharing that sequence's
+        features."""
+        import torch
+
+        from floorgap.data.drafter_data import sequence
+
         if self.features is None:
             self.prepare()
-        d = self.data
-        c = int(d["context_len"][i])
-        return {"features": self.features[int(d["block_seq"][i])][:c - 1],
-                "committed": d["committed"][i], "block_tokens": d["block_tokens"][i],
-                "target_ids": d["target_ids"][i].long(), "target_vals": d["target_vals"][i]}
+        seqs = self.block_seq[indices].unique()
+        if len(seqs) != 1:
+            raise ValueError("a batch of blocks must come from one sequence")
+        s = int(seqs[0])
+        c = self.context_len[indices]                                       # [N]
+        toks = sequence(self.data, s)
+        t = int(c.max()) - 1                                                # longest prefix
+        slot = torch.arange(self.gamma)
+        start = int(self.data["pos_offsets"][s]) - int(self.data["seq_prompt_len"][s])
+        rows = start + c[:, None] + slot                                    # [N, G]
+        return {"features": self.features[s][None, :t],
+                "prefix_mask": torch.arange(t)[None, :] < (c[:, None] - 1),
+                "feature_index": torch.zeros(len(c), dtype=torch.long),
+                "committed": toks[c - 1], "block_tokens": toks[c[:, None] + slot],
+                "target_ids": self.data["target_ids"][rows].long(),
+                "target_vals": self.data["target_vals"][rows].float()}
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        import torch
+
+        b = self.gather(torch.tensor([i]))
+        return {k: v[0] for k, v in b.items() if k != "feature_index"}
 
 
 @dataclass
@@ -182,7 +254,7 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
 
     from floorgap.data.drafter_data import load_drafter_data
     from floorgap.models.checkpoints import latest_checkpoint, run_record
-    from floorgap.models.drafters import build_drafter
+    from floorgap.models.drafters import build_drafter, init_from_target
     from floorgap.models.targets import load_target
     from floorgap.models.training import train
     from floorgap.progress import Timer
@@ -205,7 +277,10 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
     resume = _resume_decision(run_record(spec, drafter.cfg, tcfg, data_sha), ckpt_dir, rank,
                               world, logger)
     found = latest_checkpoint(ckpt_dir) if resume else None
-    dataset = BlockExamples(data, model, cfg.taps)
+    if variant.get("init", "random") == "target":
+        init_from_target(drafter, model)
+    dataset = BlockExamples(data, model, cfg.taps, gamma, max_blocks=variant.get("blocks"),
+                            seed=int(spec["seed"]))
     logger.info("%s on %s: %d trainable parameters, %d blocks, %d epochs, batch %d, %d process(es)%s",
                 variant["name"], target["name"], n_params, len(dataset), tcfg.epochs,
                 tcfg.batch_size, world,

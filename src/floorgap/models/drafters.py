@@ -43,9 +43,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from floorgap.estimators.barycentre import tv_distance
+from floorgap.estimators.topk import topk_divergences
 
 KINDS = ("dflash", "dspark", "prefix_attention")
+OBJECTIVES = ("ce", "kl", "tv")
 ORDER = {"dflash": 0, "dspark": 1, "prefix_attention": 1}
 
 
@@ -72,6 +73,7 @@ class DrafterConfig:
     hidden_size: int = 2560          # drafter width D; must equal the target's hidden size
     n_layers: int = 5
     n_heads: int = 32
+    n_kv_heads: int | None = None    # grouped-query attention; default n_heads
     head_dim: int | None = None      # default hidden_size // n_heads
     intermediate_size: int = 9728    # backbone SwiGLU width
     taps: list[int] = field(default_factory=lambda: [1, 9, 17, 25, 33])
@@ -89,9 +91,10 @@ class DrafterConfig:
     rms_eps: float = 1e-6
     rope_theta: float = 1_000_000.0
     init_std: float = 0.02
-    # objective
+    # objective: "ce" (sampled tokens), "kl" (KL(p || q)) or "tv" (TV(p, q)), the last two on
+    # the stored top-K of p plus one residual bucket
+    objective: str = "ce"
     slot_decay: float = 4.0          # slot weights exp(-k / slot_decay)
-    tv_weight: float = 1.0
     conf_weight: float = 0.1
     nom_weight: float = 1.0
 
@@ -100,11 +103,24 @@ class DrafterConfig:
             raise ValueError(f"unknown drafter kind {self.kind!r}; expected one of {KINDS}")
         if self.gamma < 1:
             raise ValueError("gamma must be >= 1")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {self.objective!r}; expected one of {OBJECTIVES}")
         self.taps = [int(t) for t in self.taps]
 
     @property
     def order(self) -> int:
         return ORDER[self.kind]
+
+    @property
+    def sample_from_anchor(self) -> bool:
+        """Whether block row 0 (the committed token) proposes slot 0, as DSpark's engines do;
+        DFlash's engines instead read slot k from row k + 1, a mask row at the position of the
+        token it proposes, so its block has gamma + 1 rows."""
+        return self.kind != "dflash"
+
+    @property
+    def block_rows(self) -> int:
+        return self.gamma + (0 if self.sample_from_anchor else 1)
 
 
 @dataclass
@@ -136,14 +152,16 @@ class RMSNorm(nn.Module):
 
 
 class SwiGLU(nn.Module):
+    """down_proj(silu(gate_proj(x)) * up_proj(x)), the names of the engines' Qwen3/Llama MLP."""
+
     def __init__(self, dim: int, hidden: int) -> None:
         super().__init__()
-        self.gate = nn.Linear(dim, hidden, bias=False)
-        self.up = nn.Linear(dim, hidden, bias=False)
-        self.down = nn.Linear(hidden, dim, bias=False)
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down(F.silu(self.gate(x)) * self.up(x))
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class ShortConv(nn.Module):
@@ -178,48 +196,79 @@ def rotate(x: Tensor, pos: Tensor, theta: float) -> Tensor:
     return out.to(x.dtype)
 
 
+class BlockAttention(nn.Module):
+    """Qwen3-style attention of the block over [context; block]: grouped-query heads, per-head
+    ``q_norm``/``k_norm``, rotary at absolute positions, no biases (the layout DFlash/DSpark
+    engines load). Context keys/values come from the fused prefix features without an input
+    norm, block keys/values from the normalised block states."""
+
+    def __init__(self, cfg: DrafterConfig) -> None:
+        super().__init__()
+        d, nh = cfg.hidden_size, cfg.n_heads
+        nkv = cfg.n_kv_heads or nh
+        if nh % nkv:
+            raise ValueError(f"n_heads {nh} must be a multiple of n_kv_heads {nkv}")
+        hd = cfg.head_dim or d // nh
+        self.nh, self.nkv, self.hd, self.theta = nh, nkv, hd, cfg.rope_theta
+        self.q_proj = nn.Linear(d, nh * hd, bias=False)
+        self.k_proj = nn.Linear(d, nkv * hd, bias=False)
+        self.v_proj = nn.Linear(d, nkv * hd, bias=False)
+        self.o_proj = nn.Linear(nh * hd, d, bias=False)
+        self.q_norm = RMSNorm(hd, cfg.rms_eps)
+        self.k_norm = RMSNorm(hd, cfg.rms_eps)
+
+    def _kv(self, x: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
+        b, n, _ = x.shape
+        k = self.k_norm(self.k_proj(x).view(b, n, self.nkv, self.hd)).transpose(1, 2)
+        v = self.v_proj(x).view(b, n, self.nkv, self.hd).transpose(1, 2)
+        return rotate(k, pos, self.theta), v                                  # [b, kv, n, hd]
+
+    def forward(self, x: Tensor, ctx: Tensor, ctx_pos: Tensor, blk_pos: Tensor, mask: Tensor,
+                feature_index: Tensor | None) -> Tensor:
+        # x [N, G, D] normalised block; ctx [S, T, D]; ctx_pos [S, T]; blk_pos [N, G];
+        # mask [N, 1, G, T+G]; feature_index [N] -> row of ctx (None: S == N, row i)
+        b, g, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, g, self.nh, self.hd)).transpose(1, 2)
+        q = rotate(q, blk_pos, self.theta)
+        kc, vc = self._kv(ctx, ctx_pos)
+        if feature_index is not None:
+            kc, vc = kc.index_select(0, feature_index), vc.index_select(0, feature_index)
+        kb, vb = self._kv(x, blk_pos)
+        k, v = torch.cat([kc, kb], dim=2), torch.cat([vc, vb], dim=2)       # [N, kv, T+G, hd]
+        if self.nkv != self.nh:
+            k = k.repeat_interleave(self.nh // self.nkv, dim=1)
+            v = v.repeat_interleave(self.nh // self.nkv, dim=1)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)         # [N, h, G, hd]
+        return self.o_proj(a.transpose(1, 2).reshape(b, g, -1))
+
+
 class BlockLayer(nn.Module):
-    """One decoder layer over the block. Keys/values of the fused prefix features are
+    """One decoder layer over the block (engine names: ``input_layernorm``, ``self_attn``,
+    ``post_attention_layernorm``, ``mlp``). Keys/values of the fused prefix features are
     prepended in every layer; each block position sees every real prefix position and the whole
     block (bidirectional). Optional short convolutions wrap the attention sublayer: one on its
     normalised input (pre) and one on its output before the residual add (post)."""
 
     def __init__(self, cfg: DrafterConfig) -> None:
         super().__init__()
-        d, nh = cfg.hidden_size, cfg.n_heads
-        hd = cfg.head_dim or d // nh
-        self.nh, self.hd, self.theta = nh, hd, cfg.rope_theta
-        self.attn_norm = RMSNorm(d, cfg.rms_eps)
-        self.q = nn.Linear(d, nh * hd, bias=False)
-        self.k = nn.Linear(d, nh * hd, bias=False)
-        self.v = nn.Linear(d, nh * hd, bias=False)
-        self.o = nn.Linear(nh * hd, d, bias=False)
-        self.q_norm = RMSNorm(hd, cfg.rms_eps)
-        self.k_norm = RMSNorm(hd, cfg.rms_eps)
-        self.mlp_norm = RMSNorm(d, cfg.rms_eps)
+        d = cfg.hidden_size
+        self.input_layernorm = RMSNorm(d, cfg.rms_eps)
+        self.self_attn = BlockAttention(cfg)
+        self.post_attention_layernorm = RMSNorm(d, cfg.rms_eps)
         self.mlp = SwiGLU(d, cfg.intermediate_size)
         self.conv_pre = ShortConv(d) if cfg.short_conv else None
         self.conv_post = ShortConv(d) if cfg.short_conv else None
 
-    def forward(self, h: Tensor, ctx: Tensor, pos: Tensor, mask: Tensor) -> Tensor:
-        # h [B, G, D]; ctx [B, T, D]; pos [B, T + G]; mask [B, 1, G, T + G] (True = attend)
-        b, g, _ = h.shape
-        x = self.attn_norm(h)
+    def forward(self, h: Tensor, ctx: Tensor, ctx_pos: Tensor, blk_pos: Tensor, mask: Tensor,
+                feature_index: Tensor | None = None) -> Tensor:
+        x = self.input_layernorm(h)
         if self.conv_pre is not None:
             x = self.conv_pre(x)
-        kv_in = torch.cat([ctx, x], dim=1)                                   # [B, T+G, D]
-        q = self.q_norm(self.q(x).view(b, g, self.nh, self.hd)).transpose(1, 2)
-        k = self.k_norm(self.k(kv_in).view(b, -1, self.nh, self.hd)).transpose(1, 2)
-        v = self.v(kv_in).view(b, -1, self.nh, self.hd).transpose(1, 2)      # [B, h, T+G, hd]
-        t = ctx.shape[1]
-        q = rotate(q, pos[:, t:], self.theta)
-        k = rotate(k, pos, self.theta)
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)         # [B, h, G, hd]
-        a = self.o(a.transpose(1, 2).reshape(b, g, -1))
+        a = self.self_attn(x, ctx, ctx_pos, blk_pos, mask, feature_index)
         if self.conv_post is not None:
             a = self.conv_post(a)
         h = h + a
-        return h + self.mlp(self.mlp_norm(h))
+        return h + self.mlp(self.post_attention_layernorm(h))
 
 
 class _Shared:
@@ -231,8 +280,15 @@ class _Shared:
 
 
 class Backbone(nn.Module):
-    """Feature fusion + block decoder. Returns the final normalised block states h [B, G, D]
-    and the fused prefix features [B, T, D]."""
+    """Feature fusion (``fc`` then ``hidden_norm``) + block decoder + final ``norm``. Returns the
+    normalised block states h [N, R, D] (R block rows) and the fused prefix features [S, T, D].
+
+    Blocks may share a context: with ``feature_index`` [N], block i reads context row
+    ``feature_index[i]`` of ``features`` [S, T, F] (the training batches of one sequence, whose
+    blocks differ only in where their prefix ends). Such contexts must be left-aligned (real
+    positions 0..T-1 in order; ``prefix_mask`` [N, T] marks each block's prefix). Without it,
+    ``features`` has one row per block and may be right-aligned (left padding).
+    """
 
     def __init__(self, cfg: DrafterConfig) -> None:
         super().__init__()
@@ -240,28 +296,32 @@ class Backbone(nn.Module):
         d = cfg.hidden_size
         self.cfg = cfg
         self.fc = nn.Linear(len(cfg.taps) * cfg.target_hidden, d, bias=False)
-        self.ctx_norm = RMSNorm(d, cfg.rms_eps)
+        self.hidden_norm = RMSNorm(d, cfg.rms_eps)
         self.layers = nn.ModuleList(BlockLayer(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(d, cfg.rms_eps)
-        self.slot_emb = nn.Parameter(torch.zeros(cfg.gamma, d)) if cfg.slot_embeddings else None
+        self.slot_emb = (nn.Parameter(torch.zeros(cfg.block_rows, d)) if cfg.slot_embeddings
+                         else None)
 
-    def forward(self, features: Tensor, block_in: Tensor, prefix_mask: Tensor) -> tuple[Tensor, Tensor]:
-        # features [B, T, F]; block_in [B, G, D] (E(c), E(mask), ...); prefix_mask [B, T] bool
-        b, t, _ = features.shape
-        g = block_in.shape[1]
-        ctx = self.ctx_norm(self.fc(features.to(self.fc.weight.dtype)))      # [B, T, D]
+    def forward(self, features: Tensor, block_in: Tensor, prefix_mask: Tensor,
+                feature_index: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        # features [S, T, F]; block_in [N, R, D] (E(c), E(mask), ...); prefix_mask [N, T] bool
+        n, g = block_in.shape[:2]
+        t = features.shape[1]
+        ctx = self.hidden_norm(self.fc(features.to(self.fc.weight.dtype)))   # [S, T, D]
         h = block_in
         if self.slot_emb is not None:
             h = h + self.slot_emb[:g]
-        # positions: prefix 0..L-1 at its real slots, the committed token at L, slot j at L + j
-        ctx_pos = (prefix_mask.long().cumsum(-1) - 1).clamp(min=0)            # [B, T]
-        n = prefix_mask.long().sum(-1, keepdim=True)                          # [B, 1]
-        blk_pos = n + torch.arange(g, device=features.device)                 # [B, G]
-        pos = torch.cat([ctx_pos, blk_pos], dim=1)                            # [B, T + G]
-        keep = torch.cat([prefix_mask.bool(), prefix_mask.new_ones(b, g, dtype=torch.bool)], 1)
-        mask = keep[:, None, None, :].expand(b, 1, g, t + g)                  # [B, 1, G, T+G]
+        # positions: prefix 0..L-1 at its real slots, the committed token at L, row j at L + j
+        if feature_index is None:
+            ctx_pos = (prefix_mask.long().cumsum(-1) - 1).clamp(min=0)        # [N, T]
+        else:
+            ctx_pos = torch.arange(t, device=features.device).expand(features.shape[0], t)
+        length = prefix_mask.long().sum(-1, keepdim=True)                     # [N, 1]
+        blk_pos = length + torch.arange(g, device=features.device)            # [N, R]
+        keep = torch.cat([prefix_mask.bool(), prefix_mask.new_ones(n, g, dtype=torch.bool)], 1)
+        mask = keep[:, None, None, :].expand(n, 1, g, t + g)                  # [N, 1, R, T+R]
         for layer in self.layers:
-            h = layer(h, ctx, pos, mask)
+            h = layer(h, ctx, ctx_pos, blk_pos, mask, feature_index)
         return self.norm(h), ctx
 
 
@@ -290,14 +350,18 @@ class PrefixHead(nn.Module):
         self.out_norm = RMSNorm(w, cfg.rms_eps, init=cfg.head_out_scale)
         self.out = nn.Linear(w, cfg.vocab_size, bias=False)                   # B: [V, W]
 
-    def forward(self, e: Tensor, h: Tensor, ctx: Tensor, prefix_mask: Tensor) -> Tensor:
-        # e [B, G, P, E] predecessor embeddings; h [B, G, D]; ctx [B, T, D] -> [B, G, P, W]
+    def forward(self, e: Tensor, h: Tensor, ctx: Tensor, prefix_mask: Tensor,
+                feature_index: Tensor | None = None) -> Tensor:
+        # e [B, G, P, E] predecessor embeddings; h [B, G, D]; ctx [S, T, D] (S = B unless
+        # feature_index [B] maps blocks to context rows) -> [B, G, P, W]
         b, g, p, _ = e.shape
         hn = self.norm_h(h)[:, :, None, :].expand(b, g, p, h.shape[-1])
         x = self.w_in(torch.cat([self.norm_e(e), hn], dim=-1))                 # [B, G, P, W]
         c = self.norm_c(ctx)
-        k = self.k(c).view(b, -1, self.nh, self.hd).transpose(1, 2)           # [B, h, T, hd]
-        v = self.v(c).view(b, -1, self.nh, self.hd).transpose(1, 2)
+        k = self.k(c).view(c.shape[0], -1, self.nh, self.hd).transpose(1, 2)  # [S, h, T, hd]
+        v = self.v(c).view(c.shape[0], -1, self.nh, self.hd).transpose(1, 2)
+        if feature_index is not None:
+            k, v = k.index_select(0, feature_index), v.index_select(0, feature_index)
         q = self.q(self.attn_norm(x)).view(b, g * p, self.nh, self.hd).transpose(1, 2)
         mask = prefix_mask.bool()[:, None, None, :]                           # [B, 1, 1, T]
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)          # [B, h, G*P, hd]
@@ -325,6 +389,32 @@ def _pick(logits: Tensor, temperature: float, generator: torch.Generator | None)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+class MarkovHead(nn.Module):
+    """DSpark's vanilla low-rank transition bias B(A[a]): ``markov_w1`` (A, an embedding
+    [V, r]) then ``markov_w2`` (B, a map r -> V with weight [V, r]), the engines' names."""
+
+    def __init__(self, vocab_size: int, rank: int) -> None:
+        super().__init__()
+        self.markov_w1 = nn.Embedding(vocab_size, rank)
+        self.markov_w2 = nn.Linear(rank, vocab_size, bias=False)
+
+    def forward(self, prev: Tensor) -> tuple[Tensor, Tensor]:
+        """Bias over the vocabulary and the rank-r embedding of the predecessors ``prev``."""
+        a = self.markov_w1(prev)
+        return self.markov_w2(a), a
+
+
+class ConfidenceHead(nn.Module):
+    """sigmoid(proj([h; a])): the predicted acceptance of a slot's proposal (``proj`` [1, in])."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(width, 1)
+
+    def forward(self, h: Tensor, a: Tensor) -> Tensor:
+        return torch.sigmoid(self.proj(torch.cat([h, a.to(h.dtype)], -1)).squeeze(-1))
+
+
 class Drafter(nn.Module):
     def __init__(self, cfg: DrafterConfig, embed: nn.Module, head: nn.Module) -> None:
         super().__init__()
@@ -338,18 +428,18 @@ class Drafter(nn.Module):
         embed_dim = embed.weight.shape[1]
         d = cfg.hidden_size
         self.backbone = Backbone(cfg)
-        self.markov_a = self.markov_b = self.head = None
-        self.confidence = None
+        self.markov_head: MarkovHead | None = None
+        self.head: PrefixHead | None = None
+        self.confidence_head: ConfidenceHead | None = None
         if cfg.kind == "dspark":
-            self.markov_a = nn.Embedding(cfg.vocab_size, cfg.markov_rank)     # A: [V, r]
-            self.markov_b = nn.Linear(cfg.markov_rank, cfg.vocab_size, bias=False)  # B: [V, r]
-            self.confidence = nn.Linear(d + cfg.markov_rank, 1)
+            self.markov_head = MarkovHead(cfg.vocab_size, cfg.markov_rank)
+            self.confidence_head = ConfidenceHead(d + cfg.markov_rank)
         elif cfg.kind == "prefix_attention":
             self.head = PrefixHead(cfg, embed_dim)
-            self.confidence = nn.Linear(d + cfg.head_width, 1)
+            self.confidence_head = ConfidenceHead(d + cfg.head_width)
         self.apply(self._init)
-        if self.markov_b is not None:
-            nn.init.zeros_(self.markov_b.weight)  # untrained Markov head == backbone
+        if self.markov_head is not None:
+            nn.init.zeros_(self.markov_head.markov_w2.weight)  # untrained Markov head == backbone
 
     def _init(self, m: nn.Module) -> None:
         # Module.apply visits children first, so a ShortConv re-zeroes its gates afterwards.
@@ -381,16 +471,26 @@ class Drafter(nn.Module):
         return self._shared.head(h.to(w.dtype)).float()
 
     # ---- passes
-    def _block(self, features: Tensor, committed: Tensor, prefix_mask: Tensor | None
-               ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Backbone pass: (h [B,G,D], ctx [B,T,D], base logits u [B,G,V], prefix_mask)."""
-        b, t, _ = features.shape
+    def _block(self, features: Tensor, committed: Tensor, prefix_mask: Tensor | None,
+               feature_index: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Backbone pass: (h [B,G,D], ctx [S,T,D], base logits u [B,G,V], prefix_mask [B,T]).
+
+        The block rows are [E(c), E(mask), ...]; with ``sample_from_anchor`` row k proposes
+        slot k, otherwise (DFlash) there is one more row and row k + 1 proposes slot k.
+        """
+        b = committed.numel()
         if prefix_mask is None:
-            prefix_mask = torch.ones(b, t, dtype=torch.bool, device=features.device)
-        g = self.cfg.gamma
-        ids = torch.full((b, g), self.cfg.mask_token_id, dtype=torch.long, device=features.device)
+            if feature_index is not None:
+                raise ValueError("blocks that share a context need their prefix_mask")
+            prefix_mask = torch.ones(b, features.shape[1], dtype=torch.bool,
+                                     device=features.device)
+        rows = self.cfg.block_rows
+        ids = torch.full((b, rows), self.cfg.mask_token_id, dtype=torch.long,
+                         device=features.device)
         ids[:, 0] = committed.view(b)
-        h, ctx = self.backbone(features, self.embed(ids), prefix_mask)
+        h, ctx = self.backbone(features, self.embed(ids), prefix_mask, feature_index)
+        if not self.cfg.sample_from_anchor:
+            h = h[:, 1:]
         return h, ctx, self.lm_head(h), prefix_mask
 
     @staticmethod
@@ -398,30 +498,28 @@ class Drafter(nn.Module):
         """Predecessors of slots 0..G-1: [committed, tokens[:, 0], ..., tokens[:, G-2]]."""
         return torch.cat([committed.view(-1, 1), tokens[:, : g - 1]], dim=1)
 
-    def _order1(self, h: Tensor, ctx: Tensor, u: Tensor, pm: Tensor, pred: Tensor
-                ) -> tuple[Tensor, Tensor, Tensor]:
+    def _order1(self, h: Tensor, ctx: Tensor, u: Tensor, pm: Tensor, pred: Tensor,
+                feature_index: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Full-vocabulary order-1 logits for one predecessor per slot. pred [B, G].
-        Returns (logits [B,G,V], confidence [B,G], head features [B,G,W] or None)."""
-        if self.cfg.kind == "dspark":
-            a = self.markov_a(pred)                                          # [B, G, r]
-            logits = u + self.markov_b(a).float()
-            conf = torch.sigmoid(self.confidence(torch.cat([h, a], -1)).squeeze(-1))
-            return logits, conf, None
-        f = self.head(self.embed(pred)[:, :, None], h, ctx, pm)[:, :, 0]      # [B, G, W]
-        logits = u + self.head.out(f).float()
-        conf = torch.sigmoid(self.confidence(torch.cat([h, f], -1)).squeeze(-1))
-        return logits, conf, f
+        Returns (logits [B,G,V], confidence [B,G])."""
+        if self.markov_head is not None:
+            bias, a = self.markov_head(pred)                                  # [B,G,V], [B,G,r]
+            return u + bias.float(), self.confidence_head(h, a)
+        f = self.head(self.embed(pred)[:, :, None], h, ctx, pm, feature_index)[:, :, 0]
+        return u + self.head.out(f).float(), self.confidence_head(h, f)
 
     def forward(self, features: Tensor, committed: Tensor, block_tokens: Tensor | None = None,
-                prefix_mask: Tensor | None = None) -> DrafterOutput:
-        """Teacher-forced pass. features [B, T, F]; committed [B]; block_tokens [B, G]."""
-        h, ctx, u, pm = self._block(features, committed, prefix_mask)
+                prefix_mask: Tensor | None = None, feature_index: Tensor | None = None
+                ) -> DrafterOutput:
+        """Teacher-forced pass. features [S, T, F]; committed [B]; block_tokens [B, G];
+        feature_index [B] (blocks sharing left-aligned contexts, see :class:`Backbone`)."""
+        h, ctx, u, pm = self._block(features, committed, prefix_mask, feature_index)
         if self.cfg.kind == "dflash":
             return DrafterOutput(logits=u, base_logits=u)
         if block_tokens is None:
             raise ValueError(f"{self.cfg.kind} needs block_tokens (predecessors) in forward")
         pred = self._shift(committed, block_tokens, self.cfg.gamma)
-        logits, conf, _ = self._order1(h, ctx, u, pm, pred)
+        logits, conf = self._order1(h, ctx, u, pm, pred, feature_index)
         nom = u if self.cfg.kind == "prefix_attention" else None
         return DrafterOutput(logits=logits, base_logits=u, confidence=conf, nomination_logits=nom)
 
@@ -488,7 +586,7 @@ class Drafter(nn.Module):
             return u.expand(m, -1, -1)
         pred = self._shift(committed.view(1).expand(m), predecessors, self.cfg.gamma)[:, ks]
         if self.cfg.kind == "dspark":
-            return u + self.markov_b(self.markov_a(pred)).float()             # [M, S, V]
+            return u + self.markov_head(pred)[0].float()                      # [M, S, V]
         succ = u.topk(self.cfg.nominate_k, dim=-1).indices                    # [1, S, K]
         # the M predecessors are M hypotheses of one context: [1, S, M] -> scores [1, S, M, K]
         scores = self._pair_scores(h[:, ks], ctx, u, pm, pred.T[None], succ)[0]
@@ -516,7 +614,7 @@ class Drafter(nn.Module):
         if self.cfg.kind == "dspark":
             tokens, rows, prev = [], [], committed.view(b)
             for k in range(g):
-                row = u[:, k] + self.markov_b(self.markov_a(prev)).float()
+                row = u[:, k] + self.markov_head(prev)[0].float()
                 prev = _pick(row, temperature, generator)
                 tokens.append(prev)
                 rows.append(row)
@@ -543,16 +641,19 @@ class Drafter(nn.Module):
         k = torch.arange(g, device=device, dtype=torch.float32)
         return torch.exp(-k / self.cfg.slot_decay)
 
-    def loss(self, output: DrafterOutput, target_probs: Tensor | None, block_tokens: Tensor
-             ) -> tuple[Tensor, dict[str, float]]:
-        """Slot-weighted objective (weights exp(-k/4), normalised to sum 1; batch mean).
+    def loss(self, output: DrafterOutput, targets: Tensor | TopKTargets | None,
+             block_tokens: Tensor) -> tuple[Tensor, dict[str, float]]:
+        """Slot-weighted objective (weights exp(-k / slot_decay), normalised to sum 1; batch
+        mean). ``targets`` is p_k, dense [B, G, V] or its stored top-K (:class:`TopKTargets`).
 
-        dflash: cross-entropy of the realised tokens.
-        dspark: CE + tv_weight * TV(softmax(logits), p_k) over the full vocabulary
-                + conf_weight * BCE(confidence, 1 - TV) with the TV detached (the confidence
-                predicts the expected acceptance of the slot's proposal).
-        prefix_attention: the dspark terms on l_k plus nom_weight * L_nom on u_k, where S_k is
-                the target's top-``nominate_k`` tokens and p_nom its renormalised mass on S_k.
+        Main term (``objective``): ``ce`` the cross-entropy of the realised tokens; ``kl``
+        KL(p_k || q_k); ``tv`` TV(p_k, q_k) (both on the top-K of p plus one residual bucket,
+        :func:`topk_divergences`). CE on a sampled Z_k ~ p_k and KL(p_k || .) have the same
+        minimiser; KL replaces the one-hot sample by p_k itself.
+        Order-1 kinds add conf_weight * BCE(confidence, 1 - TV) with the TV detached (the
+        confidence predicts the acceptance of the slot's proposal); the prefix-attention kind adds
+        nom_weight * L_nom on u_k, the cross-entropy of u_k's renormalised distribution on S_k,
+        the target's top-``nominate_k`` tokens, against p's renormalised mass there.
         """
         logits = output.logits.float()
         b, g, v = logits.shape
@@ -562,31 +663,54 @@ class Drafter(nn.Module):
         def reduce(x: Tensor) -> Tensor:                                      # [B, G] -> []
             return (x * w).sum(-1).mean()
 
-        ce = F.cross_entropy(logits.reshape(-1, v), block_tokens.reshape(-1),
-                             reduction="none").view(b, g)
-        total = reduce(ce)
-        parts = {"ce": float(total.detach())}
-        if self.cfg.kind != "dflash":
-            if target_probs is None:
-                raise ValueError(f"{self.cfg.kind} loss needs target_probs")
-            p = target_probs.float()
-            tv = tv_distance(torch.softmax(logits, -1), p)                     # [B, G]
-            l_tv = reduce(tv)
+        objective = self.cfg.objective
+        needs_p = objective != "ce" or self.cfg.kind != "dflash"
+        if needs_p and targets is None:
+            raise ValueError(f"the {objective} objective of a {self.cfg.kind} drafter needs "
+                             "the target's distributions")
+        top = TopKTargets.of(targets) if targets is not None else None
+        div = topk_divergences(logits, top.ids, top.vals) if needs_p else {}
+        if objective == "ce":
+            ce = F.cross_entropy(logits.reshape(-1, v), block_tokens.reshape(-1),
+                                 reduction="none").view(b, g)
+            total = reduce(ce)
+        else:
+            total = reduce(div[objective])
+        parts = {objective: float(total.detach())}
+        if "tv" in div and objective != "tv":
+            parts["tv"] = float(reduce(div["tv"]).detach())
+        if output.confidence is not None:
             conf = output.confidence.float().clamp(1e-6, 1 - 1e-6)
-            # Rounding can push 1 - TV a hair outside [0, 1] (renormalised top-K targets).
-            accept = (1 - tv).detach().clamp(0.0, 1.0)
+            accept = (1 - div["tv"]).detach().clamp(0.0, 1.0)
             l_conf = reduce(F.binary_cross_entropy(conf, accept, reduction="none"))
-            total = total + self.cfg.tv_weight * l_tv + self.cfg.conf_weight * l_conf
-            parts.update(tv=float(l_tv.detach()), conf=float(l_conf.detach()))
+            total = total + self.cfg.conf_weight * l_conf
+            parts["conf"] = float(l_conf.detach())
         if self.cfg.kind == "prefix_attention":
-            top, idx = target_probs.float().topk(self.cfg.nominate_k, dim=-1)   # [B, G, K]
-            p_nom = top / top.sum(-1, keepdim=True).clamp_min(1e-12)
-            logq = torch.log_softmax(output.base_logits.float(), -1).gather(-1, idx)
+            k = min(self.cfg.nominate_k, top.ids.shape[-1])
+            p_nom = top.vals[..., :k] / top.vals[..., :k].sum(-1, keepdim=True).clamp_min(1e-12)
+            logq = torch.log_softmax(output.base_logits.float(), -1).gather(-1, top.ids[..., :k])
             l_nom = reduce(-(p_nom * logq).sum(-1))
             total = total + self.cfg.nom_weight * l_nom
             parts["nom"] = float(l_nom.detach())
         parts["loss"] = float(total.detach())
         return total, parts
+
+
+@dataclass
+class TopKTargets:
+    """The target's p_k at every slot as its top-K: ids [B, G, K] (distinct, by descending
+    probability) and probabilities vals [B, G, K]; 1 - sum(vals) is the mass outside."""
+
+    ids: Tensor
+    vals: Tensor
+
+    @classmethod
+    def of(cls, targets: Tensor | TopKTargets) -> TopKTargets:
+        """Dense p [B, G, V] becomes its sorted full support (no residual mass)."""
+        if isinstance(targets, TopKTargets):
+            return targets
+        vals, ids = targets.float().sort(-1, descending=True)
+        return cls(ids=ids, vals=vals)
 
 
 # --------------------------------------------------------------------------- builders
@@ -611,6 +735,34 @@ def build_drafter(config: DrafterConfig, target_model: nn.Module) -> Drafter:
                   else vocab - 1)
     model = Drafter(cfg, embed, head)
     return model.to(device=embed.weight.device)
+
+
+@torch.no_grad()
+def init_from_target(drafter: Drafter, target_model: nn.Module) -> list[int]:
+    """Start the drafter's decoder layers as copies of the target's last ``n_layers`` decoder
+    layers (attention projections, MLP, both layer norms) and its final ``norm`` as the
+    target's final norm; ``q_norm``/``k_norm`` (absent from Llama layers) stay at ones and the
+    fusion ``fc`` stays random. The drafter's layer shapes must be the target's. Returns the
+    target layers copied."""
+    decoder = target_model.get_decoder() if hasattr(target_model, "get_decoder") else target_model
+    layers = list(decoder.layers)
+    n = drafter.cfg.n_layers
+    if n > len(layers):
+        raise ValueError(f"the drafter has {n} layers, the target only {len(layers)}")
+    picked = list(range(len(layers) - n, len(layers)))
+    names = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm",
+             "post_attention_layernorm")
+    for mine, i in zip(drafter.backbone.layers, picked):
+        src = layers[i]
+        for name in names:
+            a, b = mine.get_submodule(name).weight, src.get_submodule(name).weight
+            if a.shape != b.shape:
+                raise ValueError(f"{name}: drafter shape {tuple(a.shape)} != target layer {i}'s "
+                                 f"{tuple(b.shape)}; keep the target's heads and widths")
+            a.copy_(b.detach().to(a.dtype))
+    drafter.backbone.norm.weight.copy_(decoder.norm.weight.detach().to(drafter.backbone.norm.weight.dtype))
+    return picked
 
 
 @torch.no_grad()

@@ -116,6 +116,7 @@ class TrainConfig:
     log_every: int = 10
     vocab_size: int | None = None
     renormalize_topk: bool = True
+    sparse_targets: bool = False      # pass top-K targets to the loss as they are (no densify)
     pad_side: str = "left"
     autocast_dtype: str | None = None
     device: str | None = None
@@ -263,6 +264,16 @@ def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, *, drop_last: 
     if batches and (drop_last and len(batches[-1]) < batch_size or len(batches[-1]) < min_size):
         batches.pop()
     return batches
+
+
+def _epoch_batches(dataset: Any, config: TrainConfig, epoch: int, world: int
+                   ) -> list[torch.Tensor]:
+    """The epoch's global batches: :func:`epoch_batches`, or the dataset's own grouping when it
+    has one (blocks of one sequence share their context features)."""
+    if hasattr(dataset, "epoch_batches"):
+        return dataset.epoch_batches(config.batch_size, config.seed, epoch, min_size=world)
+    return epoch_batches(len(dataset), config.batch_size, config.seed, epoch,
+                         drop_last=config.drop_last, min_size=world)
 
 
 def _fetch(dataset: Any, indices: torch.Tensor, pad_side: str) -> dict[str, torch.Tensor]:
@@ -595,14 +606,21 @@ def _train_step(run: _Run, epoch: int, step: int, idx: torch.Tensor, local: torc
     share = len(local) * run.world / len(idx)
     batch = _fetch(run.dataset, local, cfg.pad_side)
     batch = {k: v.to(run.device, non_blocking=True) for k, v in batch.items()}
-    batch = densify_targets(batch, run.vocab_size, renormalize=cfg.renormalize_topk)
+    if cfg.sparse_targets:
+        from floorgap.models.drafters import TopKTargets
+
+        targets: Any = TopKTargets(batch.pop("target_ids").long(), batch.pop("target_vals"))
+    else:
+        targets = densify_targets(batch, run.vocab_size,
+                                  renormalize=cfg.renormalize_topk)["target_probs"]
+    extra = {"feature_index": batch["feature_index"]} if "feature_index" in batch else {}
     amp_dtype = run.amp_dtype
     ctx = (torch.autocast(run.device.type, dtype=amp_dtype) if amp_dtype is not None
            else contextlib.nullcontext())
     with ctx:
         out = run.wrapped(batch["features"], batch["committed"], batch["block_tokens"],
-                          prefix_mask=batch["prefix_mask"])
-        loss, parts = run.core.loss(out, batch["target_probs"], batch["block_tokens"])
+                          prefix_mask=batch["prefix_mask"], **extra)
+        loss, parts = run.core.loss(out, targets, batch["block_tokens"])
     (loss * share).backward()
     if cfg.grad_clip is not None:
         torch.nn.utils.clip_grad_norm_(run.trainable, cfg.grad_clip)
@@ -671,8 +689,7 @@ def _train_epoch(run: _Run, epoch: int) -> None:
     ``log_every`` steps and at the end, then the epoch record and checkpoint."""
     cfg = run.config
     _seed_epoch(cfg.seed, epoch, run.rank)
-    batches = epoch_batches(len(run.dataset), cfg.batch_size, cfg.seed, epoch,
-                            drop_last=cfg.drop_last, min_size=run.world)
+    batches = _epoch_batches(run.dataset, cfg, epoch, run.world)
     totals: _Totals | None = None
     window: _Totals | None = None
     t0 = time.perf_counter()
@@ -710,8 +727,7 @@ def train(model: nn.Module, dataset: Sequence[Mapping[str, torch.Tensor]] | Stac
     if not trainable:
         raise ValueError("model has no trainable parameters")
     n = len(dataset)
-    steps_per_epoch = len(epoch_batches(n, config.batch_size, config.seed, 0,
-                                        drop_last=config.drop_last, min_size=world))
+    steps_per_epoch = len(_epoch_batches(dataset, config, 0, world))
     if steps_per_epoch == 0:
         raise ValueError(f"no batches: {n} examples, batch {config.batch_size}, {world} ranks")
     optimizer, scheduler = _optimizer(core, config, steps_per_epoch * config.epochs)

@@ -58,6 +58,6 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     meta = data["metadata"]
     logger.info("wrote %s: %d sequences, %d blocks of %d slots, top-%d targets; generation "
                 "%.1f s, target forwards %.1f s", args.out, len(data["seq_prompt_ids"]),
-                len(data["block_seq"]), meta["gamma"], data["target_ids"].shape[-1],
+                sum(c["blocks"] for c in meta["counts"].values()), meta["gamma"], data["target_ids"].shape[-1],
                 meta["seconds"]["generate"], meta["seconds"]["targets"])
 
