@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: The evaluation groups of drafter_eval and the summaries of gaps (paper Tables 5-8, 10, 13).
-SUMMARIES = ("summary", "trajectory", "components")
+SUMMARIES = ("summary", "trajectory", "components", "budget")
 #: The drafter roles every gap-half item is built from (paper Secs. 3.3, 4).
 ROLES = ("order0", "order1", "ours")
 #: The seed key every component arm shares, so that the arms start from the same draws.
@@ -59,6 +59,8 @@ class WorkflowSpec:
     variants: list[str] = field(init=False)
     arms: list[str] = field(init=False)
     trajectory: list[str] = field(init=False)
+    budget_arms: list[str] = field(init=False)
+    budget_variants: list[str] = field(init=False)
     roles: dict[str, str] = field(init=False)
     eval_groups: dict[str, list[Evaluation]] = field(init=False)
 
@@ -71,6 +73,9 @@ class WorkflowSpec:
         self.variants = list(drafters["variants"])
         self.arms = list(drafters["components"]["arms"])
         self.trajectory = list(drafters["trajectory"])
+        budget = drafters.get("budget", {})
+        self.budget_arms = list(budget.get("arms", {}))
+        self.budget_variants = list(budget.get("variants", []))
         self.roles = dict(drafters["roles"])
         check_consistency(self)
         self.eval_groups = {
@@ -78,14 +83,20 @@ class WorkflowSpec:
             "trajectory": [Evaluation(v, f"epoch-{e}") for v in self.trajectory
                            for e in range(1, self.variant_epochs(v))],
             "components": [Evaluation(arm, "final") for arm in self.arms],
+            # the budget study: every epoch of its arms and of the variants it includes (the
+            # variants' final weights are evaluated with the summary group)
+            "budget": [Evaluation(v, f"epoch-{e}") for v in self.budget_variants + self.budget_arms
+                       for e in range(1, self.variant_epochs(v))]
+                      + [Evaluation(arm, "final") for arm in self.budget_arms],
         }
 
     # ---------------------------------------------------------------- names and settings
 
     @property
     def drafter_names(self) -> list[str]:
-        """Every trained drafter: the variants and the component arms (one namespace)."""
-        return self.variants + self.arms
+        """Every trained drafter: the variants, the component arms and the budget-study arms
+        (one namespace)."""
+        return self.variants + self.arms + self.budget_arms
 
     def shards(self) -> range:
         return range(self.config["rollouts"]["shards"])
@@ -109,6 +120,8 @@ class WorkflowSpec:
         drafters = self.config["drafters"]
         if name in drafters["variants"]:
             return {"name": name, **drafters["variants"][name]}
+        if name in self.budget_arms:
+            return {"name": name, **drafters["budget"]["arms"][name]}
         components = drafters["components"]
         return {"name": name, "epochs": components["epochs"], "seed_key": COMPONENTS_SEED_KEY,
                 **components["arms"][name]}
@@ -123,6 +136,9 @@ class WorkflowSpec:
         if summary == "trajectory":
             return self.eval_groups["trajectory"] + [Evaluation(v, "final")
                                                      for v in self.trajectory]
+        if summary == "budget":
+            return self.eval_groups["budget"] + [Evaluation(v, "final")
+                                                 for v in self.budget_variants]
         return self.eval_groups[summary]
 
     # ---------------------------------------------------------------- stage specs
@@ -166,7 +182,8 @@ class WorkflowSpec:
     def drafters_spec(self, target: str, variant: str) -> dict[str, Any]:
         cfg = self.config
         return {"target": self.target(target), "variant": self.variant_entry(variant),
-                "export_epochs": variant in self.trajectory, "taps": cfg["drafters"]["taps"],
+                "export_epochs": variant in self.trajectory + self.budget_variants + self.budget_arms,
+                "taps": cfg["drafters"]["taps"],
                 "train": cfg["drafters"]["train"], "gamma": cfg["anchors"]["gamma"],
                 "seed": cfg["seed"]}
 
@@ -179,10 +196,12 @@ class WorkflowSpec:
     def gaps_spec(self, summary: str) -> dict[str, Any]:
         """The analysis settings of one gaps summary: its contrasts (ours against the order-1
         baseline; each component arm against the baseline arm), labels and sweeps."""
-        if summary == "trajectory":
+        if summary in ("trajectory", "budget"):
             # The final weights are the last epoch's: label them so.
+            studied = (self.trajectory if summary == "trajectory"
+                       else self.budget_variants + self.budget_arms)
             return self.analysis_spec(
-                labels={v: f"{v}@epoch-{self.variant_epochs(v)}" for v in self.trajectory},
+                labels={v: f"{v}@epoch-{self.variant_epochs(v)}" for v in studied},
                 contrasts=[], sweeps=False)
         if summary == "components":
             base = self.config["drafters"]["components"]["baseline"]
@@ -201,6 +220,11 @@ class WorkflowSpec:
         if reads == "gaps_components":
             spec["baseline"] = cfg["drafters"]["components"]["baseline"]
             spec["arms"] = self.arms
+        if reads == "gaps_budget":
+            spec["budget"] = {v: self.variant_entry(v)
+                              for v in self.budget_variants + self.budget_arms}
+            spec["train_epochs"] = {v: self.variant_epochs(v)
+                                    for v in self.budget_variants + self.budget_arms}
         if reads == "mi":
             spec["analysis"] = {"bootstrap": cfg["analysis"]["bootstrap"],
                                 "level": cfg["analysis"]["level"], "seed": cfg["seed"]}
@@ -223,6 +247,14 @@ def check_consistency(spec: WorkflowSpec) -> None:
     if baseline not in spec.arms:
         raise ConfigError(f"drafters.components.baseline {baseline!r} is not one of the arms "
                           f"({', '.join(spec.arms)})")
+    clash = sorted(set(spec.budget_arms) & set(spec.variants + spec.arms))
+    if clash:
+        raise ConfigError(f"drafters.budget.arms reuses the drafter name(s) {clash}; give the "
+                          "budget arms their own names")
+    unknown = sorted(set(spec.budget_variants) - set(spec.variants))
+    if unknown:
+        raise ConfigError(f"drafters.budget.variants names {unknown}, which are not "
+                          "drafters.variants; list variant names")
     unknown = sorted(set(spec.trajectory) - set(spec.variants))
     if unknown:
         raise ConfigError(f"drafters.trajectory names {unknown}, which are not "

@@ -10,6 +10,10 @@ READS = {
     "gaps": {"summary": f"results/{W.primary}/gaps/summary.parquet"},
     "gaps_trajectory": {"summary": f"results/{W.primary}/gaps/trajectory.parquet"},
     "gaps_components": {"summary": f"results/{W.primary}/gaps/components.parquet"},
+    # the budget study also reads each study drafter's training log (blocks per epoch)
+    "gaps_budget": {"summary": f"results/{W.primary}/gaps/budget.parquet",
+                    **{f"log_{v}": f"results/{W.primary}/drafters/{v}/train_log.jsonl"
+                       for v in W.budget_variants + W.budget_arms}},
     "mi": {d: f"results/{W.primary}/mi/{d}.parquet" for d in W.domains},
 }
 

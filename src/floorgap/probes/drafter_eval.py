@@ -306,16 +306,26 @@ def path_arrays(rows: Any, gamma: int) -> tuple[Tensor, Tensor]:
     return tokens, logp
 
 
-def load_trained_drafter(path: str | Path, target: Any) -> Any:
-    """A trained drafter from ``final.pt`` (its DrafterConfig + trainable weights) on ``target``.
+def load_trained_drafter(path: str | Path, target: Any, gamma: int | None = None) -> Any:
+    """A trained drafter on ``target`` from ``final.pt`` or from an engine checkpoint folder.
 
-    The config is read from ``drafter_config`` (or a ``config`` mapping that names a ``kind``);
-    the weights from ``model`` through the training loader, which checks the layout and the
-    frozen-table fingerprint when the file records them.
+    A folder holding ``config.json`` (dflash, dspark, speculators or floorgap layout, detected
+    from the config) is imported by :func:`floorgap.models.engine_formats.import_drafter`, at
+    ``gamma`` slots when given (a released block may be evaluated at fewer slots). A file is a
+    ``final.pt``: the config is read from ``drafter_config`` (or a ``config`` mapping that
+    names a ``kind``); the weights from ``model`` through the training loader, which checks the
+    layout and the frozen-table fingerprint when the file records them; ``gamma`` is unused.
     """
     from floorgap.models.drafters import DrafterConfig, build_drafter
     from floorgap.models.checkpoints import load_drafter_weights
 
+    if Path(path).is_dir() and (Path(path) / "config.json").is_file():
+        from floorgap.models.engine_formats import import_drafter
+
+        drafter = import_drafter(path, target, gamma=gamma)
+        drafter.eval()
+        drafter.requires_grad_(False)
+        return drafter
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     cfg = ckpt.get("drafter_config")
     if cfg is None and isinstance(ckpt.get("config"), dict) and "kind" in ckpt["config"]:
@@ -362,12 +372,16 @@ def stored_paths(path: str | Path, anchor_ids: Sequence[str], gamma: int,
 
 
 def load_drafters(paths: Sequence[str | Path], target: Any, gamma: int) -> list[Any]:
-    """The trained drafters of ``paths`` on ``target``; each must draft ``gamma`` slots."""
+    """The trained drafters of ``paths`` on ``target``; each must draft ``gamma`` slots.
+
+    A path is a ``final.pt`` file or an engine checkpoint folder (see
+    :func:`load_trained_drafter`); a folder is imported at ``gamma`` slots, which its stored
+    block must fit."""
     drafters = []
     for path in paths:
         try:
-            drafter = load_trained_drafter(path, target)
-        except ValueError as exc:
+            drafter = load_trained_drafter(path, target, gamma)
+        except (ValueError, FileNotFoundError) as exc:
             raise StageError(str(exc)) from exc
         if drafter.gamma != gamma:
             raise StageError(f"{path} drafts {drafter.gamma} slots, the anchors {gamma}")

@@ -24,7 +24,7 @@ from floorgap.errors import StageError
 #: What an item reads, by the analysis table that feeds it (the primary target's):
 #: ``floors`` floors/summary.parquet; ``gaps`` gaps/summary.parquet; ``gaps_trajectory`` and
 #: ``gaps_components`` the other two gaps summaries; ``mi`` one mi/<domain>.parquet per domain.
-READS = ("floors", "gaps", "gaps_trajectory", "gaps_components", "mi")
+READS = ("floors", "gaps", "gaps_trajectory", "gaps_components", "gaps_budget", "mi")
 
 Item = Callable[[Mapping[str, Path], Mapping[str, Any], Path], dict[str, str]]
 
@@ -97,6 +97,8 @@ ITEMS: tuple[ReportItem, ...] = (
     _row("table13_components", "table", "gaps_components", "Gaps", "gap_items"),
     _row("tableF5_single_slot", "table", "gaps", "Gaps", "gap_items"),
     _row("tableF6_sweeps", "table", "gaps", "Gaps", "gap_items"),
+    _row("figE_drafter_learning", "figure", "gaps_budget", "Gaps", "budget_items"),
+    _row("tableE_drafter_budget", "table", "gaps_budget", "Gaps", "budget_items"),
 )
 
 

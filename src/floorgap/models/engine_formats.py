@@ -1,0 +1,584 @@
+"""Block drafters as serving-engine checkpoint folders: export and import.
+
+A folder holds ``config.json`` and the drafter's own weights in ``model.safetensors`` (or shards
+listed by ``model.safetensors.index.json``). The target's embedding and output head, which the
+drafter borrows, are never written: an engine loads them from the target. File tensor names are
+the drafter's ``state_dict`` names without the ``backbone.`` prefix (``fc.weight``,
+``layers.{i}.self_attn.q_proj.weight``, ``norm.weight``, ``markov_head.markov_w1.weight``, ...).
+
+Formats (:data:`FORMATS`)
+-------------------------
+``dflash``       SGLang/vLLM ``DFlashDraftModel``: a Qwen3 config plus ``block_size``,
+                 ``target_hidden_size`` and ``dflash_config`` (``target_layer_ids`` are the
+                 0-based target decoder layers, i.e. ``DrafterConfig.taps``).
+``dspark``       ``DSparkDraftModel``: the dflash layout plus top-level Markov/confidence keys
+                 and the ``markov_head.*``/``confidence_head.*`` weights.
+``speculators``  The speculators package (``DFlashSpeculator``/``DSparkSpeculator``): the Qwen3
+                 fields nested in ``transformer_layer_config``; ``aux_hidden_state_layer_ids``
+                 index ``hidden_states`` (entry 0 is the embedding), so they are taps + 1.
+``floorgap``     This repository's own layout for what no engine runs: the prefix-attention kind
+                 (``head.*`` weights) and the short-convolution/slot-embedding extras. It is the
+                 dspark-style config plus ``floorgap_config`` (the full ``DrafterConfig``). No
+                 serving engine loads it.
+
+Row convention. A DFlash block has gamma + 1 rows [committed, mask x gamma] and row k + 1
+proposes slot k (engine ``block_size`` B gives B - 1 drafts): ``block_size = gamma + 1``.
+DSpark and prefix attention sample from the anchor: gamma rows, row k proposes slot k, so
+``block_size = gamma``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from floorgap.models.drafters import Drafter, DrafterConfig, build_drafter
+
+__all__ = [
+    "CONFIG_FILE",
+    "FORMATS",
+    "INDEX_FILE",
+    "WEIGHTS_FILE",
+    "detect_format",
+    "export_drafter",
+    "file_tensor_name",
+    "import_drafter",
+    "read_engine_config",
+    "resolve_checkpoint",
+]
+
+FORMATS = ("dflash", "dspark", "speculators", "floorgap")
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+DEFAULT_MAX_POSITIONS = 40960  # Qwen3's; engines size their rotary cache by it
+
+_ENGINE_ARCH = {"dflash": "DFlashDraftModel", "dspark": "DSparkDraftModel"}
+_SPECULATORS_ARCH = {"dflash": "DFlashSpeculator", "dspark": "DSparkSpeculator"}
+_FLOORGAP_ARCH = {"dflash": "FloorgapDFlashDraftModel", "dspark": "FloorgapDSparkDraftModel",
+                  "prefix_attention": "FloorgapPrefixAttentionDraftModel"}
+_OWN_PREFIXES = ("markov_head.", "confidence_head.", "head.")  # kept as is in files
+_SHARED_PREFIXES = ("embed_tokens.", "lm_head.")                 # the target's tables
+_EXTRAS = ("short_conv", "slot_embeddings")                      # no engine has these modules
+
+
+# --------------------------------------------------------------------------------------------
+# Names
+
+
+def file_tensor_name(name: str) -> str:
+    """The file name of drafter ``state_dict`` entry ``name`` (engines have no ``backbone``)."""
+    return name.removeprefix("backbone.")
+
+
+def _drafter_name(file_name: str) -> str | None:
+    """The ``state_dict`` name of file tensor ``file_name``; None for tensors that are not the
+    drafter's own (the target's shared tables, rotary caches), which engines may store."""
+    name = file_name.removeprefix("model.")
+    if name.startswith(_SHARED_PREFIXES) or "rotary_emb" in name.split("."):
+        return None
+    return name if name.startswith(_OWN_PREFIXES) else f"backbone.{name}"
+
+
+# --------------------------------------------------------------------------------------------
+# Export
+
+
+def export_drafter(drafter: Drafter, folder: str | os.PathLike[str], fmt: str, *,
+                   target_name: str | None = None, target_architecture: str | None = None,
+                   dtype: torch.dtype = torch.float32, num_target_layers: int | None = None,
+                   max_position_embeddings: int = DEFAULT_MAX_POSITIONS) -> Path:
+    """Write ``drafter`` as a ``fmt`` checkpoint folder (``config.json`` + ``model.safetensors``).
+
+    ``target_name``/``target_architecture`` fill the speculators ``verifier``;
+    ``num_target_layers`` is the target's depth for ``dflash_config`` (the drafter does not
+    know it; default: the least depth its taps need, ``max(taps) + 1``). Weights are cast to
+    ``dtype``; the default fp32 makes an export/import round trip bitwise.
+
+    The folder is written beside its destination and renamed into place, so it exists
+    completely or not at all; an earlier export there is replaced, any other folder is refused.
+    Raises ValueError for a kind the format cannot hold (prefix attention, or the short_conv /
+    slot_embeddings options, outside ``floorgap``).
+    """
+    cfg = drafter.cfg
+    _check_exportable(cfg, fmt)
+    depth = num_target_layers if num_target_layers is not None else max(cfg.taps) + 1
+    config = _export_config(cfg, fmt, dtype, depth, max_position_embeddings,
+                            target_name, target_architecture)
+    tensors = {file_tensor_name(k): v.detach().to("cpu", dtype).contiguous()
+               for k, v in drafter.state_dict().items()}
+    return _write_folder(Path(folder), config, tensors)
+
+
+def _check_exportable(cfg: DrafterConfig, fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown checkpoint format {fmt!r}; expected one of {FORMATS}")
+    if fmt == "floorgap":
+        return
+    if cfg.kind == "prefix_attention":
+        raise ValueError("no engine runs the prefix_attention drafter; export it as 'floorgap'")
+    if fmt in _ENGINE_ARCH and cfg.kind != fmt:
+        raise ValueError(f"the {fmt} format holds a {fmt} drafter, not a {cfg.kind} one")
+    for option in _EXTRAS:
+        if getattr(cfg, option):
+            raise ValueError(f"the {fmt} format cannot hold a drafter with {option}=True (no "
+                             "engine has that module); export it as 'floorgap'")
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _qwen3_fields(cfg: DrafterConfig, dtype: torch.dtype, max_positions: int) -> dict[str, Any]:
+    """The Qwen3 decoder config of the drafter's layers (what engines build them from)."""
+    return {
+        "model_type": "qwen3",
+        "hidden_size": cfg.hidden_size,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads or cfg.n_heads,
+        "head_dim": cfg.head_dim or cfg.hidden_size // cfg.n_heads,
+        "intermediate_size": cfg.intermediate_size,
+        "hidden_act": "silu",
+        "rms_norm_eps": cfg.rms_eps,
+        "rope_theta": cfg.rope_theta,
+        "max_position_embeddings": max_positions,
+        "vocab_size": cfg.vocab_size,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "torch_dtype": _dtype_name(dtype),
+    }
+
+
+def _markov_keys(cfg: DrafterConfig) -> dict[str, Any]:
+    """DSpark's top-level keys: a vanilla Markov head whose embedding feeds the confidence."""
+    return {"markov_rank": cfg.markov_rank, "markov_head_type": "vanilla",
+            "enable_confidence_head": True, "confidence_head_with_markov": True}
+
+
+def _export_config(cfg: DrafterConfig, fmt: str, dtype: torch.dtype, depth: int,
+                   max_positions: int, target_name: str | None,
+                   target_architecture: str | None) -> dict[str, Any]:
+    qwen3 = _qwen3_fields(cfg, dtype, max_positions)
+    if fmt == "speculators":
+        return _speculators_config(cfg, qwen3, target_name, target_architecture)
+    arch = _FLOORGAP_ARCH[cfg.kind] if fmt == "floorgap" else _ENGINE_ARCH[fmt]
+    config: dict[str, Any] = {
+        "architectures": [arch], **qwen3,
+        "block_size": cfg.block_rows,
+        "target_hidden_size": cfg.target_hidden,
+        "dflash_config": {"block_size": cfg.block_rows, "target_layer_ids": list(cfg.taps),
+                          "mask_token_id": cfg.mask_token_id, "num_target_layers": depth},
+    }
+    if cfg.kind == "dspark":
+        config.update(_markov_keys(cfg))
+    if cfg.kind != "dflash":
+        config.update(mask_token_id=cfg.mask_token_id, sample_from_anchor=True,
+                      enable_confidence_head=True)
+    if fmt == "floorgap":
+        config.update(sample_from_anchor=cfg.sample_from_anchor, floorgap_config=asdict(cfg))
+    return config
+
+
+def _speculators_config(cfg: DrafterConfig, qwen3: dict[str, Any], target_name: str | None,
+                        target_architecture: str | None) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "architectures": [_SPECULATORS_ARCH[cfg.kind]],
+        "speculators_model_type": cfg.kind,
+        "transformer_layer_config": qwen3,
+        "draft_vocab_size": cfg.vocab_size,
+        "block_size": cfg.block_rows,
+        "target_hidden_size": cfg.target_hidden,
+        "aux_hidden_state_layer_ids": [t + 1 for t in cfg.taps],
+        "mask_token_id": cfg.mask_token_id,
+        "sample_from_anchor": cfg.sample_from_anchor,
+        "torch_dtype": qwen3["torch_dtype"],
+        "speculators_config": {
+            "algorithm": cfg.kind,
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": cfg.gamma}],
+            "default_proposal_method": "greedy",
+            "verifier": {"name_or_path": target_name,
+                         "architectures": [target_architecture] if target_architecture else []},
+        },
+    }
+    if cfg.kind == "dspark":
+        config.update(_markov_keys(cfg))
+    return config
+
+
+_EXPORT_FILES = (CONFIG_FILE, WEIGHTS_FILE, INDEX_FILE)
+
+
+def _write_folder(dest: Path, config: dict[str, Any], tensors: dict[str, Tensor]) -> Path:
+    from safetensors.torch import save_file
+
+    if dest.exists() and not _is_export(dest):
+        raise ValueError(f"{dest} exists and is not a drafter checkpoint folder; not replacing it")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    try:
+        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        # mkdtemp makes a 0700 folder; give the export the permissions of an ordinary folder
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)
+        _swap_in(tmp, dest)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return dest
+
+
+def _is_export(path: Path) -> bool:
+    """Whether ``path`` is a folder that holds nothing but an earlier export's files."""
+    return path.is_dir() and all(
+        p.name in _EXPORT_FILES or (p.name.startswith("model-") and p.suffix == ".safetensors")
+        for p in path.iterdir())
+
+
+def _swap_in(tmp: Path, dest: Path) -> None:
+    """Rename ``tmp`` onto ``dest``; an existing ``dest`` is moved aside first (a folder cannot
+    be replaced in one rename) and deleted once the new one is in place."""
+    if not dest.exists():
+        os.replace(tmp, dest)
+        return
+    old = dest.with_name(f".{dest.name}.old-{secrets.token_hex(4)}")
+    os.replace(dest, old)
+    try:
+        os.replace(tmp, dest)
+    except OSError:
+        os.replace(old, dest)
+        raise
+    shutil.rmtree(old)
+
+
+# --------------------------------------------------------------------------------------------
+# Config reading
+
+
+def _read_json(folder: Path) -> dict[str, Any]:
+    path = folder / CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder} has no {CONFIG_FILE}; not a drafter checkpoint folder")
+    return json.loads(path.read_text())
+
+
+def detect_format(config: Mapping[str, Any]) -> str:
+    """The format of a parsed ``config.json`` (speculators type, floorgap config, architecture)."""
+    archs = [str(a) for a in config.get("architectures") or []]
+    if "speculators_model_type" in config:
+        return "speculators"
+    if "floorgap_config" in config or any(a in _FLOORGAP_ARCH.values() for a in archs):
+        return "floorgap"
+    for fmt, arch in _ENGINE_ARCH.items():
+        if arch in archs:
+            return fmt
+    raise ValueError(f"unrecognised drafter checkpoint (architectures {archs}); expected one of "
+                     f"{sorted(_ENGINE_ARCH.values())} or a speculators/floorgap config")
+
+
+def _need(config: Mapping[str, Any], key: str, where: str) -> Any:
+    if key not in config or config[key] is None:
+        raise ValueError(f"{where}: config.json lacks {key!r}")
+    return config[key]
+
+
+def _rope_theta(layer: Mapping[str, Any], where: str) -> float:
+    if layer.get("rope_theta") is not None:
+        return float(layer["rope_theta"])
+    params = layer.get("rope_parameters") or {}  # transformers >= 5 nests it here
+    if params.get("rope_theta") is not None and params.get("rope_type", "default") == "default":
+        return float(params["rope_theta"])
+    raise ValueError(f"{where}: config.json gives no plain rope_theta (scaled rotary embeddings "
+                     "are not supported)")
+
+
+def _layer_fields(layer: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """DrafterConfig fields of a Qwen3 layer config; refuses what the drafter cannot run."""
+    if layer.get("hidden_act", "silu") != "silu" or layer.get("attention_bias", False):
+        raise ValueError(f"{where}: only silu MLPs without attention biases are supported")
+    hidden = int(_need(layer, "hidden_size", where))
+    heads = int(_need(layer, "num_attention_heads", where))
+    return {
+        "hidden_size": hidden,
+        "n_layers": int(_need(layer, "num_hidden_layers", where)),
+        "n_heads": heads,
+        "n_kv_heads": int(layer.get("num_key_value_heads") or heads),
+        "head_dim": int(layer.get("head_dim") or hidden // heads),
+        "intermediate_size": int(_need(layer, "intermediate_size", where)),
+        "rms_eps": float(layer.get("rms_norm_eps", 1e-6)),
+        "rope_theta": _rope_theta(layer, where),
+        "vocab_size": int(_need(layer, "vocab_size", where)),
+    }
+
+
+def _markov_fields(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    head_type = config.get("markov_head_type", "vanilla")
+    if head_type != "vanilla":
+        raise ValueError(f"{where}: markov_head_type {head_type!r} is not supported (only "
+                         "'vanilla', a low-rank embedding + linear map)")
+    if not config.get("confidence_head_with_markov", True):
+        raise ValueError(f"{where}: a confidence head without the Markov embedding "
+                         "(confidence_head_with_markov=false) is not supported")
+    return {"markov_rank": int(_need(config, "markov_rank", where))}
+
+
+def _check_anchor(config: Mapping[str, Any], kind: str, where: str) -> None:
+    # The drafter's row convention is fixed by its kind (see the module docstring).
+    expected = kind != "dflash"
+    if "sample_from_anchor" in config and bool(config["sample_from_anchor"]) != expected:
+        raise ValueError(f"{where}: a {kind} drafter with sample_from_anchor="
+                         f"{config['sample_from_anchor']} is not supported (expected {expected})")
+
+
+def _gamma_of(kind: str, block_size: int) -> int:
+    """Drafted slots of a block of ``block_size`` rows (the row convention)."""
+    return block_size - 1 if kind == "dflash" else block_size
+
+
+def _draft_model_fields(config: Mapping[str, Any], kind: str, where: str) -> dict[str, Any]:
+    """Fields of the dflash/dspark engine layouts."""
+    dc = config.get("dflash_config") or {}
+    out = _layer_fields(config, where)
+    block = int(dc.get("block_size") or _need(config, "block_size", where))
+    mask = dc.get("mask_token_id", config.get("mask_token_id"))
+    out.update(kind=kind, gamma=_gamma_of(kind, block),
+               taps=[int(t) for t in _need(dc, "target_layer_ids", f"{where} dflash_config")],
+               target_hidden=int(_need(config, "target_hidden_size", where)),
+               mask_token_id=None if mask is None else int(mask))
+    if kind == "dspark":
+        out.update(_markov_fields(config, where))
+    _check_anchor(config, kind, where)
+    return out
+
+
+def _speculators_fields(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    kind = config["speculators_model_type"]
+    if kind not in _SPECULATORS_ARCH:
+        raise ValueError(f"{where}: speculators model type {kind!r} is not supported; expected "
+                         f"one of {sorted(_SPECULATORS_ARCH)}")
+    out = _layer_fields(_need(config, "transformer_layer_config", where), where)
+    draft_vocab = config.get("draft_vocab_size", out["vocab_size"])
+    if int(draft_vocab) != out["vocab_size"]:
+        raise ValueError(f"{where}: a reduced draft vocabulary ({draft_vocab} of "
+                         f"{out['vocab_size']}) is not supported")
+    aux = _need(config, "aux_hidden_state_layer_ids", where)
+    mask = config.get("mask_token_id")
+    out.update(kind=kind, gamma=_gamma_of(kind, int(_need(config, "block_size", where))),
+               taps=[int(t) - 1 for t in aux],  # hidden_states[0] is the embedding output
+               target_hidden=int(_need(config, "target_hidden_size", where)),
+               mask_token_id=None if mask is None else int(mask))
+    if kind == "dspark":
+        out.update(_markov_fields(config, where))
+    _check_anchor(config, kind, where)
+    return out
+
+
+def _floorgap_fields(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    known = {f.name for f in fields(DrafterConfig)}
+    return {k: v for k, v in _need(config, "floorgap_config", where).items() if k in known}
+
+
+def _config_fields(config: Mapping[str, Any], fmt: str, where: str) -> dict[str, Any]:
+    if fmt == "speculators":
+        return _speculators_fields(config, where)
+    if fmt == "floorgap":
+        return _floorgap_fields(config, where)
+    return _draft_model_fields(config, fmt, where)
+
+
+def read_engine_config(folder: str | os.PathLike[str], fmt: str | None = None
+                       ) -> tuple[str, dict[str, Any]]:
+    """(format, DrafterConfig fields) of checkpoint folder ``folder``.
+
+    The format is detected from ``config.json`` unless ``fmt`` is given (then it must agree).
+    ``gamma`` follows the row convention: block_size - 1 for dflash, block_size otherwise;
+    ``taps`` are ``target_layer_ids`` (or speculators' aux ids - 1); ``vocab_size`` is the
+    vocabulary the drafter was trained for. Unsupported variants raise ValueError.
+    """
+    folder = Path(folder)
+    config = _read_json(folder)
+    found = detect_format(config)
+    if fmt is not None and fmt != found:
+        raise ValueError(f"{folder} holds a {found} checkpoint, not {fmt}")
+    return found, _config_fields(config, found, str(folder))
+
+
+# --------------------------------------------------------------------------------------------
+# Import
+
+
+def _with_gamma(cfg_fields: dict[str, Any], gamma: int | None, where: str) -> dict[str, Any]:
+    """Fields evaluated at ``gamma`` slots instead of the stored block's: allowed when the
+    block it needs fits in the stored one (fewer rows than trained is what the engines run
+    when they cap the draft length)."""
+    stored = int(cfg_fields["gamma"])
+    if gamma is None or gamma == stored:
+        return cfg_fields
+    if gamma < 1:
+        raise ValueError(f"{where}: gamma must be >= 1, got {gamma}")
+    rows = DrafterConfig(kind=cfg_fields["kind"], gamma=gamma).block_rows
+    stored_rows = DrafterConfig(kind=cfg_fields["kind"], gamma=stored).block_rows
+    if rows > stored_rows:
+        raise ValueError(f"{where}: gamma={gamma} needs {rows} block rows, the checkpoint's "
+                         f"block has {stored_rows} (at most gamma={stored})")
+    if cfg_fields.get("slot_embeddings"):
+        raise ValueError(f"{where}: slot embeddings are trained for gamma={stored}; "
+                         f"cannot evaluate at gamma={gamma}")
+    return {**cfg_fields, "gamma": gamma}
+
+
+def _check_target(cfg_fields: Mapping[str, Any], target_model: nn.Module, where: str) -> None:
+    hidden = int(target_model.config.hidden_size)
+    if int(cfg_fields["hidden_size"]) != hidden:
+        raise ValueError(f"{where}: drafter hidden_size {cfg_fields['hidden_size']} differs from "
+                         f"the target's {hidden} (the target's output head is shared)")
+    vocab = int(target_model.get_output_embeddings().weight.shape[0])
+    stored = cfg_fields.get("vocab_size")
+    if stored is not None and int(stored) != vocab:
+        raise ValueError(f"{where}: the drafter was trained for a vocabulary of {stored}, the "
+                         f"target has {vocab}")
+    mask = cfg_fields.get("mask_token_id")
+    if mask is not None and not 0 <= int(mask) < vocab:
+        raise ValueError(f"{where}: mask_token_id {mask} outside the target's vocabulary")
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    index = folder / INDEX_FILE
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return [folder / f for f in sorted(set(weight_map.values()))]
+    if (folder / WEIGHTS_FILE).is_file():
+        return [folder / WEIGHTS_FILE]
+    raise FileNotFoundError(f"{folder} has neither {WEIGHTS_FILE} nor {INDEX_FILE}")
+
+
+def read_weights(folder: str | os.PathLike[str]) -> dict[str, Tensor]:
+    """Every tensor of the folder's safetensors file or shards, by file name (on the CPU)."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    tensors: dict[str, Tensor] = {}
+    for path in _weight_files(folder):
+        for name, value in load_file(str(path)).items():
+            if name in tensors:
+                raise ValueError(f"{folder}: tensor {name!r} is stored twice")
+            tensors[name] = value
+    return tensors
+
+
+def _match_names(drafter: Drafter, tensors: Mapping[str, Tensor], where: str,
+                 optional: set[str]) -> dict[str, tuple[str, Tensor]]:
+    """drafter name -> (file name, tensor), checked: no unknown, missing or misshapen tensor."""
+    expected = drafter.state_dict()
+    matched: dict[str, tuple[str, Tensor]] = {}
+    for file_name, value in tensors.items():
+        name = _drafter_name(file_name)
+        if name is None:
+            continue
+        if name not in expected:
+            raise ValueError(f"{where}: unknown tensor {file_name!r} (the {drafter.cfg.kind} "
+                             "drafter has no such parameter)")
+        if tuple(value.shape) != tuple(expected[name].shape):
+            raise ValueError(f"{where}: tensor {file_name!r} has shape {tuple(value.shape)}, "
+                             f"the drafter expects {tuple(expected[name].shape)}")
+        matched[name] = (file_name, value)
+    missing = [file_tensor_name(n) for n in expected if n not in matched and n not in optional]
+    if missing:
+        raise ValueError(f"{where}: missing tensor {missing[0]!r}"
+                         + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+    return matched
+
+
+@torch.no_grad()
+def _load_strict(drafter: Drafter, tensors: Mapping[str, Tensor], where: str,
+                 optional: set[str]) -> None:
+    """Load the file tensors into ``drafter``, cast to its dtype and device; ``optional``
+    drafter names that are absent are zero."""
+    matched = _match_names(drafter, tensors, where, optional)
+    state = {}
+    for name, current in drafter.state_dict().items():
+        value = matched[name][1] if name in matched else torch.zeros_like(current)
+        state[name] = value.to(device=current.device, dtype=current.dtype)
+    drafter.load_state_dict(state, strict=True)
+
+
+def import_drafter(folder: str | os.PathLike[str], target_model: nn.Module, *,
+                   fmt: str | None = None, gamma: int | None = None) -> Drafter:
+    """A :class:`Drafter` on ``target_model`` from checkpoint folder ``folder``.
+
+    The format is detected from ``config.json`` unless ``fmt`` is given. ``gamma`` overrides
+    the slots implied by the stored block_size (e.g. a DFlash trained with block size 16
+    evaluated at gamma 7) when the block it needs fits. Weights load strictly: an unknown,
+    missing or misshapen tensor raises ValueError naming it and the folder. The target's
+    tables (``embed_tokens.*``, ``lm_head.*``, also under ``model.``) and ``rotary_emb.*`` are
+    skipped, and a ``model.`` prefix is accepted. A missing ``confidence_head.proj.bias`` is
+    zero, as is the whole confidence head of a checkpoint trained without one
+    (``enable_confidence_head: false``; it does not enter the proposal). Weights are cast to
+    the drafter's dtype.
+    """
+    folder = Path(folder)
+    where = str(folder)
+    config = _read_json(folder)
+    _, cfg_fields = read_engine_config(folder, fmt)
+    cfg_fields = _with_gamma(cfg_fields, gamma, where)
+    _check_target(cfg_fields, target_model, where)
+    drafter = build_drafter(DrafterConfig(**cfg_fields), target_model)
+    optional = {"confidence_head.proj.bias"}
+    if not config.get("enable_confidence_head", True):
+        optional.add("confidence_head.proj.weight")
+    _load_strict(drafter, read_weights(folder), where, optional)
+    return drafter
+
+
+# --------------------------------------------------------------------------------------------
+# Config entries
+
+
+def resolve_checkpoint(entry: Mapping[str, Any]) -> Path:
+    """The local folder of a checkpoint config entry ``{format, path}`` or
+    ``{format, hub, revision?}``.
+
+    A ``path`` must be a folder holding ``config.json``. A ``hub`` id is fetched with
+    ``huggingface_hub.snapshot_download`` (``config.json`` and the safetensors files only);
+    when that fails the error says the hub is unreachable and to give ``path`` to a downloaded
+    folder instead. The hub branch is not exercised by the tests (they run without network).
+    """
+    fmt = entry.get("format")
+    if fmt not in FORMATS:
+        raise ValueError(f"checkpoint entry {dict(entry)}: format must be one of {FORMATS}")
+    if ("path" in entry) == ("hub" in entry):
+        raise ValueError(f"checkpoint entry {dict(entry)}: give exactly one of 'path' and 'hub'")
+    if "path" in entry:
+        path = Path(entry["path"]).expanduser()
+        if not (path / CONFIG_FILE).is_file():
+            raise FileNotFoundError(f"checkpoint folder {path} does not exist or has no "
+                                    f"{CONFIG_FILE}")
+        return path
+    return _download(str(entry["hub"]), entry.get("revision"))
+
+
+def _download(repo_id: str, revision: str | None) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+
+        local = snapshot_download(repo_id=repo_id, revision=revision,
+                                  allow_patterns=[CONFIG_FILE, "*.safetensors*"])
+    except Exception as exc:  # offline hubs fail with many error types; all mean the same
+        raise ConnectionError(
+            f"could not fetch {repo_id}" + (f"@{revision}" if revision else "")
+            + f" from the Hugging Face hub ({type(exc).__name__}: {exc}); the hub may be "
+            "unreachable from here: download the folder elsewhere and give its 'path' instead"
+        ) from exc
+    return Path(local)
