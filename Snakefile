@@ -24,6 +24,7 @@ include: "workflow/rules/drafter_data.smk"
 include: "workflow/rules/drafters.smk"
 include: "workflow/rules/drafter_eval.smk"
 include: "workflow/rules/gaps.smk"
+include: "workflow/rules/decomposition.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/paper.smk"
 include: "workflow/rules/manifest.smk"
@@ -37,3 +38,5 @@ rule all:
         [f"results/{target}/manifest.json" for target in W.targets],
         # report items outside the paper (plugins): built by `all` too
         [path for item in ITEMS.values() if not item.in_paper for path in item.files],
+        # the decompose section's drafters (none unless the config names some)
+        [path for target in W.targets for path in W.decomposition_files(target)],

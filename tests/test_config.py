@@ -31,6 +31,8 @@ def rename_drafters(cfg: dict, names: dict[str, str]) -> dict:
     drafters["variants"] = {names.get(k, k): v for k, v in drafters["variants"].items()}
     drafters["roles"] = {r: names.get(v, v) for r, v in drafters["roles"].items()}
     drafters["trajectory"] = [names.get(v, v) for v in drafters["trajectory"]]
+    budget = drafters.get("budget", {})
+    budget["variants"] = [names.get(v, v) for v in budget.get("variants", [])]
     return cfg
 
 

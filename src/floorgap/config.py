@@ -8,25 +8,90 @@ consistency checks between config sections, and the spec (a plain dict) each sta
 receives. :func:`resolve` turns the config into a :class:`WorkflowSpec`; :func:`as_json` makes a
 spec the stable string a rule passes as ``params``, so a rule reruns exactly when the part of
 the config it reads changes.
+
+Checkpoint variants. A drafter entry with ``checkpoint`` (a released or exported drafter in an
+engine layout, :mod:`floorgap.models.engine_formats`) is imported by the drafters stage instead
+of trained; its ``kind`` may be left out when the format names it (:func:`variant_kind`). The
+``decompose`` section lists such drafters of a user's own: they form the evaluation group and
+gaps summary ``decompose`` and get a decomposition table each (``floorgap decompose``).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-#: The evaluation groups of drafter_eval and the summaries of gaps (paper Tables 5-8, 10, 13).
-SUMMARIES = ("summary", "trajectory", "components", "budget")
+#: The evaluation groups of drafter_eval and the summaries of gaps (paper Tables 5-8, 10, 13;
+#: ``decompose`` the user's checkpoint drafters of the ``decompose`` section).
+SUMMARIES = ("summary", "trajectory", "components", "budget", "decompose")
 #: The drafter roles every gap-half item is built from (paper Secs. 3.3, 4).
 ROLES = ("order0", "order1", "ours")
 #: The seed key every component arm shares, so that the arms start from the same draws.
 COMPONENTS_SEED_KEY = "components"
+#: The drafter kind each engine format holds; speculators folders hold either (the entry must
+#: then name its ``kind``).
+FORMAT_KINDS = {"dflash": "dflash", "dspark": "dspark"}
+#: The keys a checkpoint entry may carry: the architecture and weights come from the folder.
+CHECKPOINT_KEYS = frozenset({"name", "kind", "layers", "checkpoint"})
+#: Names of drafters (config keys, results folders): the schema's pattern.
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+#: The files the decomposition stage writes per drafter (results/<target>/decomposition/).
+DECOMPOSITION_EXTS = ("csv", "tex", "md")
 
 
 class ConfigError(ValueError):
     """Config sections that validate one by one but contradict each other."""
+
+
+def is_checkpoint(entry: Mapping[str, Any]) -> bool:
+    """Whether a drafter entry names a checkpoint to import rather than a drafter to train."""
+    return bool(entry.get("checkpoint"))
+
+
+def variant_kind(entry: Mapping[str, Any], where: str = "drafter entry") -> str:
+    """The drafter kind of a config entry: its ``kind``, or for a checkpoint entry the kind its
+    format holds (dflash, dspark); a speculators checkpoint must name its ``kind``. Raises
+    :class:`ConfigError` when a given ``kind`` contradicts the format."""
+    if not is_checkpoint(entry):
+        if "kind" not in entry:
+            raise ConfigError(f"{where} has neither 'kind' nor 'checkpoint'; give the kind of "
+                              "drafter to train or a checkpoint to import")
+        return str(entry["kind"])
+    fmt = str(entry["checkpoint"].get("format"))
+    kind = entry.get("kind")
+    implied = FORMAT_KINDS.get(fmt)
+    if implied is None and kind is None:
+        raise ConfigError(f"{where}: a {fmt} checkpoint can hold a dflash or a dspark drafter; "
+                          "add kind: dflash or kind: dspark")
+    if implied is None and kind not in FORMAT_KINDS.values():
+        raise ConfigError(f"{where}: a {fmt} checkpoint holds a dflash or a dspark drafter, not "
+                          f"{kind}; fix kind")
+    if implied is not None and kind is not None and kind != implied:
+        raise ConfigError(f"{where}: kind {kind} contradicts checkpoint.format {fmt} (a {fmt} "
+                          f"folder holds a {implied} drafter); drop kind or fix the format")
+    return str(kind if kind is not None else implied)
+
+
+def _with_kind(entry: dict[str, Any]) -> dict[str, Any]:
+    """``entry`` with the kind a checkpoint entry leaves to its format filled in."""
+    if is_checkpoint(entry) and "kind" not in entry:
+        entry["kind"] = variant_kind(entry, f"drafter {entry.get('name')}")
+    return entry
+
+
+def _check_checkpoint_entry(entry: Mapping[str, Any], where: str) -> None:
+    """A checkpoint entry carries no training or architecture settings (the folder decides)."""
+    extra = sorted(set(entry) - CHECKPOINT_KEYS)
+    if extra:
+        raise ConfigError(f"{where} imports a checkpoint but also sets {extra}; a checkpoint "
+                          "is not trained and its folder's config.json gives the architecture: "
+                          "keep only kind, layers and checkpoint")
+    variant_kind(entry, where)
 
 
 def as_json(obj: Any) -> str:
@@ -62,6 +127,7 @@ class WorkflowSpec:
     budget_arms: list[str] = field(init=False)
     budget_variants: list[str] = field(init=False)
     roles: dict[str, str] = field(init=False)
+    decompose: list[str] = field(init=False)
     eval_groups: dict[str, list[Evaluation]] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -77,6 +143,7 @@ class WorkflowSpec:
         self.budget_arms = list(budget.get("arms", {}))
         self.budget_variants = list(budget.get("variants", []))
         self.roles = dict(drafters["roles"])
+        self.decompose = list(cfg.get("decompose") or {})
         check_consistency(self)
         self.eval_groups = {
             "summary": [Evaluation(v, "final") for v in self.variants],
@@ -88,15 +155,17 @@ class WorkflowSpec:
             "budget": [Evaluation(v, f"epoch-{e}") for v in self.budget_variants + self.budget_arms
                        for e in range(1, self.variant_epochs(v))]
                       + [Evaluation(arm, "final") for arm in self.budget_arms],
+            # a user's own drafters (floorgap decompose): final weights only
+            "decompose": [Evaluation(name, "final") for name in self.decompose],
         }
 
     # ---------------------------------------------------------------- names and settings
 
     @property
     def drafter_names(self) -> list[str]:
-        """Every trained drafter: the variants, the component arms and the budget-study arms
-        (one namespace)."""
-        return self.variants + self.arms + self.budget_arms
+        """Every drafter: the variants, the component arms, the budget-study arms and the
+        decompose section's drafters (one namespace)."""
+        return self.variants + self.arms + self.budget_arms + self.decompose
 
     def shards(self) -> range:
         return range(self.config["rollouts"]["shards"])
@@ -116,15 +185,22 @@ class WorkflowSpec:
 
     def variant_entry(self, name: str) -> dict[str, Any]:
         """A drafter's config entry with its name; component arms train for components.epochs
-        and share one seed key (the same initial draws)."""
+        and share one seed key (the same initial draws); a checkpoint entry carries its
+        resolved ``kind``."""
         drafters = self.config["drafters"]
         if name in drafters["variants"]:
-            return {"name": name, **drafters["variants"][name]}
+            return _with_kind({"name": name, **drafters["variants"][name]})
         if name in self.budget_arms:
             return {"name": name, **drafters["budget"]["arms"][name]}
+        if name in self.decompose:
+            return _with_kind({"name": name, **self.config["decompose"][name]})
         components = drafters["components"]
         return {"name": name, "epochs": components["epochs"], "seed_key": COMPONENTS_SEED_KEY,
                 **components["arms"][name]}
+
+    def is_imported(self, name: str) -> bool:
+        """Whether drafter ``name`` is imported from a checkpoint (not trained)."""
+        return is_checkpoint(self.variant_entry(name))
 
     def variant_epochs(self, name: str) -> int:
         entry = self.variant_entry(name)
@@ -180,7 +256,12 @@ class WorkflowSpec:
                 "seed": cfg["seed"]}
 
     def drafters_spec(self, target: str, variant: str) -> dict[str, Any]:
+        """What the drafters stage reads. An imported checkpoint reads no training settings, so
+        changing them reruns no import."""
         cfg = self.config
+        if self.is_imported(variant):
+            return {"target": self.target(target), "variant": self.variant_entry(variant),
+                    "gamma": cfg["anchors"]["gamma"]}
         return {"target": self.target(target), "variant": self.variant_entry(variant),
                 "export_epochs": variant in self.trajectory + self.budget_variants + self.budget_arms,
                 "taps": cfg["drafters"]["taps"],
@@ -203,11 +284,23 @@ class WorkflowSpec:
             return self.analysis_spec(
                 labels={v: f"{v}@epoch-{self.variant_epochs(v)}" for v in studied},
                 contrasts=[], sweeps=False)
+        if summary == "decompose":
+            return self.analysis_spec(contrasts=[], sweeps=False)
         if summary == "components":
             base = self.config["drafters"]["components"]["baseline"]
             return self.analysis_spec(contrasts=[[arm, base] for arm in self.arms if arm != base],
                                       sweeps=False)
         return self.analysis_spec(contrasts=[[self.roles["ours"], self.roles["order1"]]])
+
+    def decomposition_spec(self, target: str, name: str) -> dict[str, Any]:
+        """What the decomposition stage reads: the drafter, its entry and the interval level."""
+        return {"target": target, "drafter": name, "entry": self.variant_entry(name),
+                "level": self.config["analysis"]["level"]}
+
+    def decomposition_files(self, target: str) -> list[str]:
+        """The decomposition stage's outputs of every drafter of the decompose section."""
+        return [f"results/{target}/decomposition/{name}.{ext}" for name in self.decompose
+                for ext in DECOMPOSITION_EXTS]
 
     def report_spec(self, reads: str, kind: str) -> dict[str, Any]:
         """The options one report item receives: the plotting options (figures only, so a
@@ -239,18 +332,11 @@ def check_consistency(spec: WorkflowSpec) -> None:
         raise ConfigError(f"primary_target {spec.primary!r} is not a key of targets "
                           f"({', '.join(spec.targets)}); name one of them or drop primary_target "
                           "to use the first")
-    clash = sorted(set(spec.variants) & set(spec.arms))
-    if clash:
-        raise ConfigError(f"drafters.components.arms reuses the variant name(s) {clash}; "
-                          "give the component arms their own names")
+    _check_names(spec)
     baseline = cfg["drafters"]["components"]["baseline"]
     if baseline not in spec.arms:
         raise ConfigError(f"drafters.components.baseline {baseline!r} is not one of the arms "
                           f"({', '.join(spec.arms)})")
-    clash = sorted(set(spec.budget_arms) & set(spec.variants + spec.arms))
-    if clash:
-        raise ConfigError(f"drafters.budget.arms reuses the drafter name(s) {clash}; give the "
-                          "budget arms their own names")
     unknown = sorted(set(spec.budget_variants) - set(spec.variants))
     if unknown:
         raise ConfigError(f"drafters.budget.variants names {unknown}, which are not "
@@ -259,18 +345,101 @@ def check_consistency(spec: WorkflowSpec) -> None:
     if unknown:
         raise ConfigError(f"drafters.trajectory names {unknown}, which are not "
                           "drafters.variants; list variant names")
+    _check_checkpoints(spec)
     for role in ROLES:
         name = spec.roles.get(role)
         if name not in spec.variants:
             raise ConfigError(f"drafters.roles.{role} is {name!r}, which is not one of "
                               f"drafters.variants ({', '.join(spec.variants)}); name the variant "
                               "that plays this role")
-    order0 = cfg["drafters"]["variants"][spec.roles["order0"]]["kind"]
+    order0 = variant_kind(cfg["drafters"]["variants"][spec.roles["order0"]],
+                          f"drafters.variants.{spec.roles['order0']}")
     if order0 != "dflash":
         raise ConfigError(f"drafters.roles.order0 {spec.roles['order0']!r} is a {order0} drafter; "
                           "the order-0 baseline must be of kind dflash (q_k depends on X only)")
 
 
+def _check_names(spec: WorkflowSpec) -> None:
+    """Variants, component arms, budget arms and decompose drafters share one namespace."""
+    clash = sorted(set(spec.variants) & set(spec.arms))
+    if clash:
+        raise ConfigError(f"drafters.components.arms reuses the variant name(s) {clash}; "
+                          "give the component arms their own names")
+    clash = sorted(set(spec.budget_arms) & set(spec.variants + spec.arms))
+    if clash:
+        raise ConfigError(f"drafters.budget.arms reuses the drafter name(s) {clash}; give the "
+                          "budget arms their own names")
+    clash = sorted(set(spec.decompose) & set(spec.variants + spec.arms + spec.budget_arms))
+    if clash:
+        raise ConfigError(f"decompose reuses the drafter name(s) {clash} of the drafters "
+                          "section (one namespace, one results folder each); give the drafters "
+                          "to decompose their own names")
+
+
+def _check_checkpoints(spec: WorkflowSpec) -> None:
+    """Checkpoint entries are well formed, and only where final weights are all that is read:
+    they have no training epochs (trajectory, budget study) and no shared training seed
+    (component arms)."""
+    drafters = spec.config["drafters"]
+    for name, entry in drafters["variants"].items():
+        if is_checkpoint(entry):
+            _check_checkpoint_entry(entry, f"drafters.variants.{name}")
+    for name in spec.decompose:
+        entry = spec.config["decompose"][name]
+        if not is_checkpoint(entry):
+            raise ConfigError(f"decompose.{name} has no checkpoint; the decompose section "
+                              "evaluates existing drafters: give checkpoint: {format, path}")
+        _check_checkpoint_entry(entry, f"decompose.{name}")
+    imported = sorted(v for v in drafters["variants"] if is_checkpoint(drafters["variants"][v]))
+    for section, names in (("drafters.trajectory", spec.trajectory),
+                           ("drafters.budget.variants", spec.budget_variants)):
+        bad = sorted(set(names) & set(imported))
+        if bad:
+            raise ConfigError(f"{section} names {bad}, which import a checkpoint and have no "
+                              f"training epochs to evaluate; remove them from {section} (or "
+                              "train them: give kind and layers instead of checkpoint)")
+    arms = {"drafters.components.arms": drafters["components"]["arms"],
+            "drafters.budget.arms": drafters.get("budget", {}).get("arms", {})}
+    for section, entries in arms.items():
+        bad = sorted(a for a, e in entries.items() if is_checkpoint(e))
+        if bad:
+            raise ConfigError(f"{section} {bad} name a checkpoint; these arms are trained in the "
+                              "workflow (give kind and layers); evaluate a checkpoint as a "
+                              "drafters.variants or decompose entry")
+
+
 def resolve(config: Mapping[str, Any]) -> WorkflowSpec:
     """The resolved :class:`WorkflowSpec` of a schema-validated config."""
     return WorkflowSpec(config)
+
+
+# -------------------------------------------------------------------- floorgap decompose
+
+
+def decompose_overlay(name: str, folder: str | os.PathLike[str], fmt: str,
+                      kind: str | None = None) -> dict[str, Any]:
+    """The config overlay of ``floorgap decompose``: one ``decompose`` drafter ``name`` that
+    imports the checkpoint folder ``folder`` (made absolute) of format ``fmt``; ``kind`` is
+    required for a speculators folder (its config names it). Snakemake merges it over the base
+    config (later ``--configfile`` files win)."""
+    if not NAME_PATTERN.match(name):
+        raise ConfigError(f"drafter name {name!r} must match {NAME_PATTERN.pattern} (lower-case "
+                          "letters, digits, - and _): pass another --name")
+    entry: dict[str, Any] = {"checkpoint": {"format": fmt,
+                                            "path": str(Path(folder).expanduser().resolve())}}
+    if kind is not None:
+        entry["kind"] = kind
+    variant_kind(entry, f"decompose.{name}")
+    return {"decompose": {name: entry}}
+
+
+def write_overlay(path: str | os.PathLike[str], overlay: Mapping[str, Any]) -> Path:
+    """Write a config overlay as YAML, atomically; returns its path."""
+    import yaml
+
+    from floorgap.records import atomic_path
+
+    with atomic_path(path) as tmp:
+        tmp.write_text("# written by `floorgap decompose`; merged over the base config\n"
+                       + yaml.safe_dump(dict(overlay), sort_keys=False))
+    return Path(path)

@@ -1,14 +1,32 @@
 # The drafters of the gap half (paper Secs. 3.3, 4) and the one-epoch component arms of table 13
-# share one namespace under results/<target>/drafters/.
+# share one namespace under results/<target>/drafters/, with the drafters of the decompose section.
+# A drafter entry with `checkpoint` is imported, not trained: it needs no training data, and a
+# local checkpoint folder's files are inputs (an edited folder is imported again).
+
+
+def training_data(w):
+    """The training record, for a drafter that is trained."""
+    return [] if W.is_imported(w.variant) else f"results/{w.target}/drafter_data/blocks.pt"
+
+
+def checkpoint_files(w):
+    """config.json and the safetensors files of an imported drafter's local folder."""
+    entry = W.variant_entry(w.variant).get("checkpoint") or {}
+    if "path" not in entry:
+        return []  # trained, or fetched from the hub by the job
+    folder = Path(entry["path"]).expanduser()
+    return [str(folder / "config.json"), *sorted(str(p) for p in folder.glob("*.safetensors*"))]
 
 
 rule drafters:
     """One drafter variant trained on the target's blocks; per-epoch checkpoints (resumable,
     not a declared output so that a rerun keeps them) under checkpoints/; the weights of every
-    epoch under epochs/ for the variants of the training trajectory (table 10)."""
+    epoch under epochs/ for the variants of the training trajectory (table 10). A checkpoint
+    variant is imported instead (empty train log and epochs/)."""
     input:
         model=lambda w: model_dir(w.target),
-        data="results/{target}/drafter_data/blocks.pt",
+        data=training_data,
+        checkpoint=checkpoint_files,
     output:
         final="results/{target}/drafters/{variant}/final.pt",
         train_log="results/{target}/drafters/{variant}/train_log.jsonl",
@@ -16,16 +34,17 @@ rule drafters:
     params:
         spec=lambda w: as_json(W.drafters_spec(w.target, w.variant)),
         checkpoints=lambda w: f"results/{w.target}/drafters/{w.variant}/checkpoints",
+        data=lambda w, input: f"--data {input.data}" if input.data else "",
     log:
         f"{LOGS}/drafters/{{target}}/{{variant}}.log",
     threads: 1
     resources:
         mem_mb=12000,
-        runtime=1440,
-        gpu=lambda w: W.drafter_gpus(w.target),
+        runtime=lambda w: 60 if W.is_imported(w.variant) else 1440,
+        gpu=lambda w: W.gpus(w.target) if W.is_imported(w.variant) else W.drafter_gpus(w.target),
     conda:
         CONDA_ENV
     shell:
-        "floorgap drafters --spec {params.spec:q} --model-dir {input.model} --data {input.data}"
+        "floorgap drafters --spec {params.spec:q} --model-dir {input.model} {params.data}"
         " --out {output.final} --checkpoints {params.checkpoints} --train-log {output.train_log}"
         " --log {log} --threads {threads} --no-progress --epochs-dir {output.epochs}"

@@ -19,8 +19,9 @@ def topk_divergences(logits: Tensor, ids: Tensor, vals: Tensor) -> dict[str, Ten
     the vocabulary into the K stored tokens plus one residual bucket (mass r_p = 1 - sum p_K
     against r_q = 1 - sum q_K). Both are lower bounds of the full divergences (data
     processing) and equal them when the stored top-K carries all of p's mass."""
-    logq = logits.float() - torch.logsumexp(logits.float(), -1, keepdim=True)
-    logq_k = logq.gather(-1, ids.long())                                   # [B, G, K]
+    # gather before normalising: one [..., V] pass (the logsumexp) instead of a full log q
+    lse = torch.logsumexp(logits.float(), -1, keepdim=True)
+    logq_k = logits.float().gather(-1, ids.long()) - lse                   # [..., K]
     q_k = logq_k.exp()
     p_k = vals.float()
     r_p = (1 - p_k.sum(-1)).clamp(min=0.0)

@@ -15,6 +15,7 @@ afresh.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -89,13 +90,15 @@ class BlockExamples:
     """
 
     def __init__(self, data: Mapping[str, Any], target_model: Any, taps: list[int], gamma: int,
-                 *, max_blocks: int | None = None, seed: int = 0) -> None:
+                 *, max_blocks: int | None = None, seed: int = 0,
+                 autocast: str | None = None) -> None:
         import torch
 
         from floorgap.data.drafter_data import block_index
         from floorgap.seeds import derive_seed, generator_for
 
         self.data, self.target, self.taps, self.gamma = data, target_model, list(taps), gamma
+        self.autocast = autocast  # the training precision; the features follow it
         self.features: dict[int, Any] | None = None
         seq, ctx = block_index(data, gamma)
         if len(seq) == 0:
@@ -131,11 +134,16 @@ class BlockExamples:
         timer = Timer()
         device = next(self.target.parameters()).device
         feats = {}
-        with torch.no_grad():
+        # Under mixed-precision training the drafter reads the features in that precision
+        # anyway, so the target's forward runs in it too (3-4x faster on bf16 CPUs).
+        dtype = getattr(torch, self.autocast) if self.autocast else None
+        ctx = (torch.autocast(device.type, dtype=dtype) if dtype is not None
+               else contextlib.nullcontext())
+        with torch.no_grad(), ctx:
             for s in self.sequences:
                 ids = sequence(self.data, s)[None].to(device)
                 f = target_features(self.target, ids, torch.ones_like(ids), self.taps)
-                feats[s] = f[0].to("cpu", torch.float32)
+                feats[s] = f[0].to("cpu", dtype or torch.float32)
         self.features = feats
         return timer.seconds
 
@@ -200,11 +208,72 @@ class VariantRun:
     world: int
 
 
-def check_variant(variant: Mapping[str, Any]) -> None:
-    """Refuse a variant that names a released checkpoint: this stage only trains."""
-    if variant.get("checkpoint"):
-        raise StageError(f"variant {variant['name']} names a released checkpoint; this stage "
-                         "trains drafters and does not import checkpoints")
+def check_variant(variant: Mapping[str, Any]) -> bool:
+    """Whether the variant imports a checkpoint (True) or is trained (False); a checkpoint
+    variant whose kind cannot be resolved from its format is refused."""
+    from floorgap.config import ConfigError, is_checkpoint, variant_kind
+
+    try:
+        variant_kind(variant, f"variant {variant.get('name')}")
+    except ConfigError as exc:
+        raise StageError(str(exc)) from exc
+    return is_checkpoint(variant)
+
+
+def _check_imported(variant: Mapping[str, Any], cfg: DrafterConfig, where: str) -> None:
+    """The imported drafter is what the config entry says it is (kind, layers)."""
+    from floorgap.config import variant_kind
+
+    kind = variant_kind(variant, f"variant {variant['name']}")
+    if cfg.kind != kind:
+        raise StageError(f"{where} holds a {cfg.kind} drafter, but variant {variant['name']} "
+                         f"is of kind {kind}; fix kind (or checkpoint.format) in the config")
+    if "layers" in variant and int(variant["layers"]) != cfg.n_layers:
+        raise StageError(f"{where} holds a drafter of {cfg.n_layers} layers, but variant "
+                         f"{variant['name']} says layers: {variant['layers']}; fix or drop "
+                         "layers in the config")
+
+
+def import_variant(spec: Mapping[str, Any], model_dir: Path, logger: logging.Logger
+                   ) -> dict[str, Any]:
+    """The final record (floorgap.models.checkpoints format) of a checkpoint variant: the
+    folder of ``spec["variant"]["checkpoint"]`` (local path or hub id) imported on the target
+    of ``model_dir`` at the workflow's gamma, with provenance saying it was imported and no
+    training epochs."""
+    from floorgap.models.checkpoints import (
+        CHECKPOINT_FORMAT,
+        final_record,
+        frozen_fingerprint,
+        trainable_layout,
+        trainable_state,
+    )
+    from floorgap.models.engine_formats import import_drafter, resolve_checkpoint
+    from floorgap.models.targets import load_target
+    from floorgap.records import sha256_file
+
+    target, variant = spec["target"], spec["variant"]
+    entry = variant["checkpoint"]
+    try:
+        folder = resolve_checkpoint(entry)
+        model, _ = load_target(model_dir, target["dtype"], target["device"])
+        drafter = import_drafter(folder, model, fmt=entry["format"], gamma=int(spec["gamma"]))
+    except (ValueError, FileNotFoundError, ConnectionError) as exc:
+        raise StageError(f"variant {variant['name']}: {exc}") from exc
+    _check_imported(variant, drafter.cfg, str(folder))
+    ckpt = {"format": CHECKPOINT_FORMAT, "model": trainable_state(drafter),
+            "trainable_layout": trainable_layout(drafter),
+            "frozen_fingerprint": frozen_fingerprint(drafter),
+            "config": None, "config_fingerprint": None}
+    record = final_record(ckpt, drafter.cfg, target["name"], variant, data_sha=None, epochs=[],
+                          processes=1)
+    record["provenance"] = {
+        "imported": True, "format": entry["format"], "path": entry.get("path"),
+        "hub": entry.get("hub"), "revision": entry.get("revision"), "folder": str(folder),
+        "config_sha256": sha256_file(folder / "config.json")}
+    logger.info("%s: imported a %s drafter (%d layers, taps %s, gamma %d) from %s (%s)",
+                variant["name"], drafter.cfg.kind, drafter.cfg.n_layers, drafter.cfg.taps,
+                drafter.cfg.gamma, entry.get("path") or entry.get("hub"), entry["format"])
+    return record
 
 
 def _rank_device(device: str, world: int) -> str:
@@ -280,14 +349,14 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
     if variant.get("init", "random") == "target":
         init_from_target(drafter, model)
     dataset = BlockExamples(data, model, cfg.taps, gamma, max_blocks=variant.get("blocks"),
-                            seed=int(spec["seed"]))
+                            seed=int(spec["seed"]), autocast=tcfg.autocast_dtype)
     logger.info("%s on %s: %d trainable parameters, %d blocks, %d epochs, batch %d, %d process(es)%s",
                 variant["name"], target["name"], n_params, len(dataset), tcfg.epochs,
                 tcfg.batch_size, world,
                 f"; resuming after epoch {found[1]['epoch']}" if found else "")
     if not (found is not None and int(found[1]["epoch"]) >= tcfg.epochs):
-        logger.info("target features of %d sequences: %.1f s",
-                    int(data["seq_offsets"].shape[0]) - 1, dataset.prepare())
+        logger.info("target features of %d sequences: %.1f s", len(dataset.sequences),
+                    dataset.prepare())
     timer = Timer()
     result = train(drafter, dataset, tcfg, resume=resume, progress=progress)
     _log_epochs(result, logger)

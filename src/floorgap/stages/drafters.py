@@ -1,6 +1,6 @@
 """``floorgap drafters --spec JSON --model-dir DIR --data TRAIN_DATA --out FINAL``
 
-Train one drafter variant on a target's training record (floorgap.data.drafter_data) and write
+Train one drafter variant (or import one: see "Checkpoint variants" below) on a target's training record (floorgap.data.drafter_data) and write
 ``FINAL`` (``final.pt``): the trainable weights, the filled ``DrafterConfig``, the fingerprint of
 the frozen target tables and the training provenance, atomically. Per-epoch checkpoints and the
 loss log (``log.jsonl``, one record per logged step and per epoch, with tokens/s) go to
@@ -33,6 +33,13 @@ The spec holds ``target`` (config entry with ``name``), ``variant`` (variant ent
 ``name``; optional ``epochs`` and ``seed_key``), ``taps``, ``train`` (the config's
 ``drafters.train``), ``gamma``, ``seed`` and optional ``export_epochs`` (write every epoch's
 weights to ``--epochs-dir``).
+
+Checkpoint variants. A variant with ``checkpoint`` (``{format, path}`` or ``{format, hub,
+revision?}``) is not trained: its folder is resolved and imported on the target at the spec's
+``gamma`` (:func:`floorgap.models.drafter_training.import_variant`) and written as ``FINAL`` in
+the same format, with ``provenance`` saying it was imported (format, path or hub id, revision);
+``--train-log`` is written empty, ``--epochs-dir`` created empty, and ``--data`` is not needed.
+The spec of such a variant holds only ``target``, ``variant`` and ``gamma``.
 """
 
 from __future__ import annotations
@@ -51,7 +58,9 @@ from floorgap.stages._cli import stage_parser
 def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser("floorgap drafters", "Train one drafter variant on a target.")
     parser.add_argument("--model-dir", required=True, type=Path)
-    parser.add_argument("--data", required=True, type=Path, help="drafter training record")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="drafter training record (required unless the variant imports a "
+                             "checkpoint)")
     parser.add_argument("--out", required=True, type=Path, help="final.pt")
     parser.add_argument("--checkpoints", type=Path, default=None,
                         help="per-epoch checkpoints and log.jsonl (default: OUT's folder/checkpoints)")
@@ -81,7 +90,12 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
 
     spec = args.spec
     target, variant = spec["target"], spec["variant"]
-    check_variant(variant)
+    if check_variant(variant):
+        _import(args, logger)
+        return
+    if args.data is None:
+        raise StageError(f"variant {variant['name']} is trained: give --data (the drafter "
+                         "training record)")
     processes = int(spec["train"].get("processes", 1))
     rank, world = 0, 1
     if processes > 1:
@@ -111,3 +125,21 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
         with atomic_path(args.train_log) as tmp:
             tmp.write_text("".join(json.dumps(r) + "\n" for r in run.result.log))
     logger.info("wrote %s", args.out)
+
+
+def _import(args: argparse.Namespace, logger: logging.Logger) -> None:
+    """A checkpoint variant: FINAL imported from its folder, an empty train log, no epochs."""
+    import torch
+
+    from floorgap.models.drafter_training import import_variant
+    from floorgap.records import atomic_path
+
+    record = import_variant(args.spec, args.model_dir, logger)
+    with atomic_path(args.out) as tmp:
+        torch.save(record, tmp)
+    if args.epochs_dir is not None:
+        args.epochs_dir.mkdir(parents=True, exist_ok=True)  # no training epochs
+    if args.train_log is not None:
+        with atomic_path(args.train_log) as tmp:
+            tmp.write_text("")  # nothing was trained
+    logger.info("wrote %s (imported, not trained)", args.out)

@@ -1,0 +1,216 @@
+"""One drafter's rejection split into information floor and model gap, by slot.
+
+The decomposition stage (``floorgap decomposition``) reads the gaps summary of the ``decompose``
+group (``results/<target>/gaps/decompose.parquet``) and the floors summary of the same target,
+and writes, for one drafter, three files with the same numbers:
+
+* ``<name>.csv``: long format (``statistic, slot, estimate, lower, upper``; slot -1 for tau);
+* ``<name>.tex``: a bare ``tabular``, one row per slot;
+* ``<name>.md``: the same as a small markdown table for a terminal.
+
+The statistics are those of :mod:`floorgap.analysis.gaps`, each decomposition on one population
+so its parts add up: order 0 (DFlash-style) R = T^(0) + G^(0) on the anchors with a floor; order
+1 (DSpark-style) R^oracle = T^(1) + G^(1) and R^self = R^oracle + exposure on the paths the
+split-half floor covers (weighted by the covered mass c), with the importance route's T^(1) and
+G^(1) share as the second estimate. From the floors summary comes the floor of the other
+information order on every anchor (the order-1 floor for an order-0 drafter: what seeing its
+predecessor would allow; the order-0 floor for an order-1 drafter), with a ``floors_`` prefix.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from floorgap.records import atomic_path
+from floorgap.reports.common import LongSummary, fmt, fmt_interval, fmt_pct
+from floorgap.reports.gap_items import GapSummary
+
+__all__ = ["COLUMNS", "ORDER_STATS", "Decomposition", "decompose", "write_decomposition"]
+
+#: The csv's columns.
+COLUMNS = ["statistic", "slot", "estimate", "lower", "upper"]
+#: The gaps statistics of each order, in the csv's order.
+ORDER_STATS: dict[int, list[str]] = {
+    0: ["T0", "R", "G0", "G0_share"],
+    1: ["covered_mass", "T1", "R_oracle", "G1", "G1_share", "exposure", "R_self",
+        "T1_reweighted", "R_oracle_reweighted", "G1_reweighted", "G1_share_reweighted"],
+}
+#: The floors-summary statistic of the other order: (csv name, floors statistic).
+OTHER_FLOOR = {0: ("floors_T1", "T1_split_covered"), 1: ("floors_T0", "T0")}
+
+
+@dataclass
+class Decomposition:
+    """One drafter's decomposition: its name, order and kind, the target, gamma, the interval
+    level and the long table (:data:`COLUMNS`)."""
+
+    drafter: str
+    order: int
+    kind: str
+    target: str
+    gamma: int
+    level: float
+    table: pd.DataFrame
+
+    def value(self, statistic: str, slot: int = -1, field: str = "estimate") -> float:
+        """One number of the table (NaN when absent)."""
+        t = self.table
+        row = t[(t["statistic"] == statistic) & (t["slot"] == slot)]
+        return float(row[field].iloc[0]) if len(row) else math.nan
+
+
+def _floors_value(floors: LongSummary, statistic: str, slot: int, field: str) -> float:
+    df = floors.df
+    row = df[(df["statistic"] == statistic) & (df["domain"] == "all") & (df["slot"] == slot)]
+    return float(row[field].iloc[0]) if len(row) else math.nan
+
+
+def _check_same_run(gaps: GapSummary, floors: LongSummary) -> None:
+    """The two summaries describe one target and block length."""
+    if gaps.target and floors.target and gaps.target != floors.target:
+        raise ValueError(f"{gaps.path} is of target {gaps.target}, {floors.path} of "
+                         f"{floors.target}; give the floors summary of the same target")
+    f_gamma = floors.meta.get("gamma")
+    if f_gamma is not None and int(f_gamma) != gaps.gamma:
+        raise ValueError(f"{gaps.path} has gamma {gaps.gamma}, {floors.path} gamma {f_gamma}; "
+                         "give summaries of the same run")
+
+
+def decompose(gaps_path: str | Path, floors_path: str | Path, drafter: str, *,
+              kind: str = "", level: float = 0.95) -> Decomposition:
+    """The decomposition of ``drafter`` (a variant of the gaps summary at ``gaps_path``) with
+    the other order's floor from the floors summary at ``floors_path``; scope "all" domains.
+    Raises ValueError when the drafter is missing or the files describe different runs."""
+    gaps, floors = GapSummary(gaps_path), LongSummary(floors_path)
+    gaps.require(drafter)
+    _check_same_run(gaps, floors)
+    order = int(gaps.get("order", drafter))
+    if order not in ORDER_STATS:
+        raise ValueError(f"{gaps_path}: drafter {drafter!r} has order {order}; expected 0 or 1")
+    rows = [{"statistic": stat, "slot": k,
+             **{f: gaps.get(stat, drafter, k, field=f) for f in ("estimate", "lower", "upper")}}
+            for stat in ORDER_STATS[order] for k in gaps.slots]
+    name, source = OTHER_FLOOR[order]
+    rows += [{"statistic": name, "slot": k,
+              **{f: _floors_value(floors, source, k, f) for f in ("estimate", "lower", "upper")}}
+             for k in gaps.slots]
+    rows.append({"statistic": "tau", "slot": -1,
+                 **{f: gaps.get("tau", drafter, -1, field=f) for f in ("estimate", "lower",
+                                                                       "upper")}})
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    return Decomposition(drafter=drafter, order=order, kind=kind, target=gaps.target,
+                         gamma=gaps.gamma, level=level, table=table)
+
+
+# -------------------------------------------------------------------------- presentation
+
+#: Columns of the by-slot table: (header in LaTeX, header in markdown, statistic, how shown).
+_SHOWN: dict[int, list[tuple[str, str, str, str]]] = {
+    0: [("$T^{(0)}$", "T0 (floor)", "T0", "num"),
+        ("$R$", "R", "R", "num"),
+        ("$G^{(0)}$", "G0 (gap)", "G0", "num"),
+        ("CI on $G^{(0)}$", "G0 CI", "G0", "ci"),
+        ("$G^{(0)}/R$", "G0/R", "G0_share", "pct"),
+        ("$T^{(1)}$ (order 1)", "T1 (order-1 floor)", "floors_T1", "num")],
+    1: [("$c$", "c (covered)", "covered_mass", "num"),
+        ("$T^{(1)}$", "T1 (floor)", "T1", "num"),
+        ("$R^{\\mathrm{oracle}}$", "R_oracle", "R_oracle", "num"),
+        ("$G^{(1)}$", "G1 (gap)", "G1", "num"),
+        ("CI on $G^{(1)}$", "G1 CI", "G1", "ci"),
+        ("$G^{(1)}/R^{\\mathrm{oracle}}$", "G1/R_oracle", "G1_share", "pct"),
+        ("exposure", "exposure", "exposure", "num"),
+        ("$R^{\\mathrm{self}}$", "R_self", "R_self", "num"),
+        ("$G^{(1)}/R^{\\mathrm{oracle}}$ (importance)", "G1/R_oracle (importance)",
+         "G1_share_reweighted", "pct"),
+        ("$T^{(0)}$ (order 0)", "T0 (order-0 floor)", "floors_T0", "num")],
+}
+
+
+def _cell(d: Decomposition, stat: str, slot: int, how: str, latex: bool) -> str:
+    est = d.value(stat, slot)
+    lo, hi = d.value(stat, slot, "lower"), d.value(stat, slot, "upper")
+    if how == "ci" and not (math.isfinite(lo) and math.isfinite(hi)):
+        return "--"
+    if latex:
+        return {"num": lambda: fmt(est), "pct": lambda: fmt_pct(est),
+                "ci": lambda: fmt_interval(lo, hi)}[how]()
+    return {"num": lambda: _plain(est), "pct": lambda: _plain_pct(est),
+            "ci": lambda: f"[{_plain(lo)}, {_plain(hi)}]"}[how]()
+
+
+def _plain(value: float, digits: int = 3) -> str:
+    if not math.isfinite(value):
+        return "--"
+    return f"{value + 0.0:.{digits}f}" if abs(value) >= 0.5 * 10 ** -digits else f"{0:.{digits}f}"
+
+
+def _plain_pct(value: float) -> str:
+    return "--" if not math.isfinite(value) else f"{100 * value:.1f}%"
+
+
+def _rows(d: Decomposition, latex: bool) -> list[list[str]]:
+    return [[str(k), *[_cell(d, stat, k, how, latex) for _, _, stat, how in _SHOWN[d.order]]]
+            for k in range(d.gamma)]
+
+
+def _ci_label(level: float, latex: bool) -> str:
+    pct = f"{100 * level:g}"
+    return f"{pct}\\%" if latex else f"{pct}%"
+
+
+def _headline(d: Decomposition) -> str:
+    identity = ("R = T0 + G0 on the anchors with a floor" if d.order == 0 else
+                "R_oracle = T1 + G1 and R_self = R_oracle + exposure on the covered paths")
+    kind = f"{d.kind}, " if d.kind else ""
+    return f"drafter {d.drafter} ({kind}order {d.order}) on {d.target}: {identity}"
+
+
+def to_latex(d: Decomposition) -> str:
+    """The by-slot ``tabular`` with tau and its interval in the last row."""
+    shown = _SHOWN[d.order]
+    header = ["slot", *[h.replace("CI", f"{_ci_label(d.level, True)} CI") for h, _, _, _ in
+                        shown]]
+    tau = (f"$\\tau$ = {fmt(d.value('tau'))} {_ci_label(d.level, True)} CI "
+           f"{fmt_interval(d.value('tau', -1, 'lower'), d.value('tau', -1, 'upper'))}")
+    lines = [f"\\begin{{tabular}}{{l{'r' * len(shown)}}}", r"\toprule",
+             " & ".join(header) + r" \\", r"\midrule",
+             *[" & ".join(row) + r" \\" for row in _rows(d, latex=True)], r"\midrule",
+             f"\\multicolumn{{{len(header)}}}{{l}}{{{tau}}} \\\\", r"\bottomrule",
+             r"\end{tabular}", ""]
+    return "\n".join(lines)
+
+
+def to_markdown(d: Decomposition) -> str:
+    """The same table for a terminal: a headline, a markdown table and tau."""
+    shown = _SHOWN[d.order]
+    header = ["slot", *[h.replace("CI", f"{_ci_label(d.level, False)} CI") for _, h, _, _ in
+                        shown]]
+    lines = [f"{_headline(d)}", "", _md_row(header), _md_row(["---"] * len(header)),
+             *[_md_row(row) for row in _rows(d, latex=False)], "",
+             f"tau (offline accepted length) = {_plain(d.value('tau'))} "
+             f"({_ci_label(d.level, False)} CI [{_plain(d.value('tau', -1, 'lower'))}, "
+             f"{_plain(d.value('tau', -1, 'upper'))}])", ""]
+    return "\n".join(lines)
+
+
+def _md_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def write_decomposition(d: Decomposition, paths: Mapping[str, str | Path]) -> None:
+    """Write the ``csv``, ``tex`` and ``md`` files named in ``paths``, each atomically."""
+    writers = {"csv": lambda tmp: d.table.to_csv(tmp, index=False),
+               "tex": lambda tmp: tmp.write_text(to_latex(d)),
+               "md": lambda tmp: tmp.write_text(to_markdown(d))}
+    unknown = set(paths) - set(writers)
+    if unknown:
+        raise ValueError(f"unknown decomposition file kinds {sorted(unknown)}; expected "
+                         f"{sorted(writers)}")
+    for key, path in paths.items():
+        with atomic_path(path) as tmp:
+            writers[key](tmp)
