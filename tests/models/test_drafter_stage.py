@@ -161,3 +161,32 @@ def test_drafter_cli_exports_every_epoch_and_shares_seed_keys(smoke_domain_recor
     params = dict(drafter.named_parameters())
     for k, v in first["model"].items():
         assert torch.equal(params[k].detach(), v)
+
+
+def test_block_batches_cover_every_block_once_per_sequence(smoke_domain_records, train_data):
+    """Grouped batches: each holds blocks of one sequence, an epoch covers every block once,
+    the order is keyed by (seed, epoch), a batch equals its blocks taken one by one, and block
+    budgets keep nested sets of whole sequences."""
+    from floorgap.models.drafter_training import BlockExamples
+    from floorgap.models.targets import load_target
+
+    cfg, target, model_dir, *_ = smoke_domain_records
+    _, data = train_data
+    gamma = cfg["anchors"]["gamma"]
+    model, _ = load_target(model_dir, target["dtype"], "cpu")
+    ds = BlockExamples(data, model, cfg["drafters"]["taps"], gamma, seed=5)
+    batches = ds.epoch_batches(4, seed=9, epoch=0)
+    assert sorted(torch.cat(batches).tolist()) == list(range(len(ds)))
+    assert all(len(ds.block_seq[b].unique()) == 1 for b in batches)
+    assert all(torch.equal(a, b) for a, b in zip(batches, ds.epoch_batches(4, seed=9, epoch=0)))
+    assert any(not torch.equal(a, b) for a, b in zip(batches, ds.epoch_batches(4, 9, 1)))
+    batch = ds.gather(batches[0])
+    for row, i in enumerate(batches[0].tolist()):
+        one = ds[i]
+        n = int(batch["prefix_mask"][row].sum())
+        assert n == one["features"].shape[0]
+        assert torch.equal(batch["features"][0, :n], one["features"])
+        for key in ("committed", "block_tokens", "target_ids", "target_vals"):
+            assert torch.equal(batch[key][row], one[key]), key
+    small = BlockExamples(data, model, cfg["drafters"]["taps"], gamma, seed=5, max_blocks=1)
+    assert len(small.sequences) == 1 and set(small.sequences) <= set(ds.sequences)

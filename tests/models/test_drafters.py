@@ -254,3 +254,51 @@ def test_propose_paths_equals_propose_on_expanded_context(kind, target, batch):
                                    full[:, ks], atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="one context"):
         model.propose_paths(feats, committed, preds, mask)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_blocks_sharing_a_context_equal_blocks_alone(kind, target):
+    """feature_index packing (training batches of one sequence) changes nothing: each block of
+    a left-aligned shared context gives the logits it gives with its own prefix only."""
+    d = make(kind, target)
+    if d.markov_head is not None:
+        with torch.no_grad():
+            d.markov_head.markov_w2.weight.normal_(std=0.5)
+    torch.manual_seed(3)
+    seq = torch.randint(0, V - 1, (1, 12))
+    feats = target_features(target, seq, torch.ones_like(seq), d.cfg.taps)      # [1, 12, F]
+    starts = torch.tensor([3, 5, 4])            # context lengths c: prefix seq[:c - 1]
+    t = int(starts.max()) - 1
+    mask = torch.arange(t)[None, :] < (starts[:, None] - 1)
+    committed = seq[0, starts - 1]
+    blocks = torch.stack([seq[0, c:c + G] for c in starts.tolist()])
+    with torch.no_grad():
+        packed = d(feats[:, :t], committed, blocks, mask, torch.zeros(3, dtype=torch.long))
+        for i, c in enumerate(starts.tolist()):
+            alone = d(feats[:, :c - 1], committed[i:i + 1], blocks[i:i + 1])
+            torch.testing.assert_close(packed.logits[i], alone.logits[0], atol=1e-5, rtol=1e-5)
+
+
+def test_dflash_reads_slot_k_from_row_k_plus_one(target):
+    """DFlash (as engines run it) has gamma + 1 block rows, DSpark-style kinds gamma."""
+    assert config("dflash").block_rows == G + 1 and not config("dflash").sample_from_anchor
+    assert config("dspark").block_rows == G and config("dspark").sample_from_anchor
+    d = make("dflash", target, slot_embeddings=True)
+    assert d.backbone.slot_emb.shape[0] == G + 1
+    feats = torch.randn(1, 5, 2 * H)
+    assert d.propose(feats, torch.tensor([3])).shape == (1, G, V)
+
+
+def test_init_from_target_copies_the_last_layers(target):
+    from floorgap.models.drafters import init_from_target
+
+    d = make("dspark", target, n_layers=1, n_kv_heads=2, head_dim=H // 4)
+    picked = init_from_target(d, target)
+    assert picked == [1]
+    src = target.model.layers[1]
+    mine = d.backbone.layers[0]
+    for name in ("self_attn.q_proj", "self_attn.k_proj", "mlp.down_proj", "input_layernorm"):
+        assert torch.equal(mine.get_submodule(name).weight, src.get_submodule(name).weight)
+    assert torch.equal(d.backbone.norm.weight, target.model.norm.weight)
+    with pytest.raises(ValueError, match="drafter shape"):
+        init_from_target(make("dflash", target, n_kv_heads=4), target)

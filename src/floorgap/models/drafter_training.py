@@ -35,6 +35,17 @@ _RENAMED = {"layers": "n_layers", "heads": "n_heads"}
 _NOT_MODEL = {"name", "epochs", "checkpoint", "seed_key", "init", "blocks"}
 
 
+def _rope_theta(target_config: Any) -> float:
+    """The target's rotary base: ``rope_theta``, or inside ``rope_parameters`` (transformers 5);
+    the drafter reuses it so that target-initialised layers see the positions they were trained
+    on."""
+    theta = getattr(target_config, "rope_theta", None)
+    params = getattr(target_config, "rope_parameters", None) or {}
+    if theta is None and isinstance(params, Mapping):
+        theta = params.get("rope_theta")
+    return float(theta) if theta is not None else 1_000_000.0
+
+
 def drafter_config(variant: Mapping[str, Any], taps: list[int], gamma: int, target_config: Any
                    ) -> DrafterConfig:
     """The ``DrafterConfig`` of a config variant on a target: width, heads, key/value heads, head
@@ -50,7 +61,7 @@ def drafter_config(variant: Mapping[str, Any], taps: list[int], gamma: int, targ
               "head_dim": int(getattr(tc, "head_dim", None) or tc.hidden_size // heads),
               "intermediate_size": int(tc.intermediate_size),
               "rms_eps": float(getattr(tc, "rms_norm_eps", 1e-6)),
-              "rope_theta": float(getattr(tc, "rope_theta", None) or 1_000_000.0)}
+              "rope_theta": _rope_theta(tc)}
     if "heads" in variant:  # a drafter with its own head count keeps full multi-head attention
         fields.update(n_kv_heads=None, head_dim=None)
     for key, value in variant.items():

@@ -1,0 +1,67 @@
+"""Divergences against a target known through its top-K (floorgap.estimators.topk)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from floorgap.estimators.barycentre import tv_distance
+from floorgap.estimators.topk import topk_divergences
+
+
+def _pair(seed: int, v: int, rows: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(rows, v, generator=g, dtype=torch.float64) * 2
+    p = torch.softmax(torch.randn(rows, v, generator=g, dtype=torch.float64) * 2, -1)
+    return logits, p
+
+
+def test_full_support_gives_the_full_kl_and_tv() -> None:
+    """K = V: no residual bucket, so both equal the textbook divergences."""
+    logits, p = _pair(0, 11)
+    vals, ids = p.sort(-1, descending=True)
+    div = topk_divergences(logits, ids, vals)
+    q = torch.softmax(logits, -1)
+    kl = (p * (p.log() - q.log())).sum(-1)
+    torch.testing.assert_close(div["kl"].double(), kl, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(div["tv"].double(), tv_distance(p, q, dim=-1), atol=1e-6, rtol=0)
+
+
+def test_two_bucket_closed_form() -> None:
+    """V = 3, K = 1: the coarsened pair is Bernoulli, whose KL and TV are closed forms."""
+    logits = torch.tensor([[0.0, math.log(2.0), math.log(3.0)]])       # q = (1/6, 2/6, 3/6)
+    ids, vals = torch.tensor([[2]]), torch.tensor([[0.25]])            # p(2) = 1/4, rest 3/4
+    div = topk_divergences(logits, ids, vals)
+    a, b = 0.25, 0.5
+    kl = a * math.log(a / b) + (1 - a) * math.log((1 - a) / (1 - b))
+    assert abs(float(div["kl"]) - kl) < 1e-6
+    assert abs(float(div["tv"]) - abs(a - b)) < 1e-6
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), v=st.integers(3, 30), k=st.integers(1, 30))
+def test_coarsening_never_exceeds_the_full_divergences(seed: int, v: int, k: int) -> None:
+    """Merging tokens into one bucket can only shrink KL and TV (data processing)."""
+    k = min(k, v)
+    logits, p = _pair(seed, v)
+    vals, ids = p.topk(k, dim=-1)
+    div = topk_divergences(logits, ids, vals)
+    q = torch.softmax(logits, -1)
+    kl = (p * (p.log() - q.log())).sum(-1)
+    # the divergences are computed in float32: allow its rounding
+    assert (div["kl"].double() <= kl * (1 + 1e-5) + 1e-5).all()
+    assert (div["tv"].double() <= tv_distance(p, q, dim=-1) + 1e-5).all()
+    assert (div["tv"] >= -1e-7).all() and (div["kl"] >= -1e-6).all()
+
+
+def test_gradient_of_the_kl_is_q_minus_p_on_full_support() -> None:
+    """An independent check of the objective: d KL(p || softmax(l)) / d l = q - p."""
+    logits, p = _pair(3, 7, rows=1)
+    logits = logits.float().requires_grad_(True)
+    vals, ids = p.float().sort(-1, descending=True)
+    topk_divergences(logits, ids, vals)["kl"].sum().backward()
+    torch.testing.assert_close(logits.grad, torch.softmax(logits.detach(), -1) - p.float(),
+                               atol=1e-5, rtol=1e-4)
