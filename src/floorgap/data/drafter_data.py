@@ -107,6 +107,7 @@ class _Settings:
     max_prompt_tokens: int
     eos_ids: list[int]
     pad_id: int
+    autocast: str | None = None
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any], model: Any, tokenizer: Any) -> _Settings:
@@ -123,6 +124,7 @@ class _Settings:
                    top_k=int(cfg["top_k_targets"]), max_new=int(cfg["max_new_tokens"]),
                    batch_size=int(cfg.get("batch_size", spec["corpus"]["batch_size"])),
                    max_prompt_tokens=int(spec["corpus"]["max_prompt_tokens"]), eos_ids=eos_ids,
+                   autocast=cfg.get("autocast"),
                    pad_id=(tokenizer.pad_token_id if tokenizer.pad_token_id is not None
                            else eos_ids[0]))
 
@@ -196,6 +198,19 @@ def _training_prompts(dom: Mapping[str, Any], st: _Settings, excluded: Mapping[s
     return prompts, sel
 
 
+def _precision(model: Any, autocast: str | None) -> Any:
+    """Mixed precision for generating the training responses (``training_data.autocast``).
+
+    Only the contexts are drawn this way; the stored targets always come from a forward in the
+    target's own dtype, so they are the evaluation law's distributions at those contexts."""
+    import contextlib
+
+    if not autocast:
+        return contextlib.nullcontext()
+    device = next(model.parameters()).device
+    return torch.autocast(device.type, dtype=getattr(torch, autocast))
+
+
 def _responses(model: Any, prompts: list[Any], formatted: Mapping[str, list[int]],
                st: _Settings, name: str, record: _Record) -> tuple[dict[int, list[int]], int]:
     """The target's response to each prompt under the training law (batched shortest first),
@@ -208,10 +223,11 @@ def _responses(model: Any, prompts: list[Any], formatted: Mapping[str, list[int]
     with progress(total=len(prompts), desc=f"drafter data {name}", unit="prompt") as bar:
         for idx in iter_batches(order, st.batch_size):
             timer = Timer()
-            out = generate_batch(model, [formatted[prompts[i].prompt_id] for i in idx],
-                                 [response_seed(st.seed, prompts[i].prompt_id) for i in idx],
-                                 law=st.law, max_new_tokens=st.max_new, eos_ids=st.eos_ids,
-                                 pad_id=st.pad_id)
+            with _precision(model, st.autocast):
+                out = generate_batch(model, [formatted[prompts[i].prompt_id] for i in idx],
+                                     [response_seed(st.seed, prompts[i].prompt_id) for i in idx],
+                                     law=st.law, max_new_tokens=st.max_new,
+                                     eos_ids=st.eos_ids, pad_id=st.pad_id)
             record.gen_seconds += timer.seconds
             for i, r in zip(idx, out):
                 responses[i] = r.token_ids
