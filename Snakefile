@@ -25,6 +25,7 @@ include: "workflow/rules/drafters.smk"
 include: "workflow/rules/drafter_eval.smk"
 include: "workflow/rules/gaps.smk"
 include: "workflow/rules/decomposition.smk"
+include: "workflow/rules/export.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/paper.smk"
 include: "workflow/rules/manifest.smk"
@@ -40,3 +41,5 @@ rule all:
         [path for item in ITEMS.values() if not item.in_paper for path in item.files],
         # the decompose section's drafters (none unless the config names some)
         [path for target in W.targets for path in W.decomposition_files(target)],
+        # every drafter of the primary target as the checkpoint folders serving engines load
+        W.export_targets(),

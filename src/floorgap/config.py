@@ -302,6 +302,24 @@ class WorkflowSpec:
         return [f"results/{target}/decomposition/{name}.{ext}" for name in self.decompose
                 for ext in DECOMPOSITION_EXTS]
 
+    def export_formats(self, variant: str | Mapping[str, Any]) -> list[str]:
+        """The checkpoint formats drafter ``variant`` (a name or an entry) is exported in: its
+        engine format and speculators for dflash and dspark; only floorgap's own layout for
+        the prefix-attention kind and for short_conv or slot_embeddings, which no engine has
+        a module for (floorgap.models.engine_formats refuses them in the engine formats)."""
+        entry = self.variant_entry(variant) if isinstance(variant, str) else variant
+        kind = variant_kind(entry, f"drafter {entry.get('name')}")
+        extras = entry.get("short_conv") or entry.get("slot_embeddings")
+        if kind not in ("dflash", "dspark") or extras:
+            return ["floorgap"]
+        return [kind, "speculators"]
+
+    def export_targets(self) -> list[str]:
+        """The export folders ``all`` builds: every drafter of ``drafters.variants`` of the
+        primary target, in each of its formats."""
+        return [f"results/{self.primary}/export/{name}/{fmt}" for name in self.variants
+                for fmt in self.export_formats(name)]
+
     def report_spec(self, reads: str, kind: str) -> dict[str, Any]:
         """The options one report item receives: the plotting options (figures only, so a
         plotting change reruns nothing upstream), the drafter roles (gap-half items) and the

@@ -13,7 +13,8 @@ def target_records(target):
     ]
     mi = [f"results/{target}/mi/{domain}.parquet" for domain in W.domains]
     floors = [f"results/{target}/floors/{name}.parquet" for name in ("anchor_slot", "summary")]
-    gaps = [f"results/{target}/gaps/{name}.parquet" for name in W.eval_groups]
+    gaps = [f"results/{target}/gaps/{name}.parquet" for name in W.eval_groups
+            if W.summary_evaluations(name)]  # an empty group (no decompose section) has none
     return per_domain_files + rollouts + mi + floors + gaps
 
 

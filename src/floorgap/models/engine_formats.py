@@ -216,7 +216,8 @@ def _speculators_config(cfg: DrafterConfig, qwen3: dict[str, Any], target_name: 
     return config
 
 
-_EXPORT_FILES = (CONFIG_FILE, WEIGHTS_FILE, INDEX_FILE)
+# An export's own files, and the marker Snakemake leaves in a directory output.
+_EXPORT_FILES = (CONFIG_FILE, WEIGHTS_FILE, INDEX_FILE, ".snakemake_timestamp")
 
 
 def _write_folder(dest: Path, config: dict[str, Any], tensors: dict[str, Tensor]) -> Path:
@@ -233,6 +234,8 @@ def _write_folder(dest: Path, config: dict[str, Any], tensors: dict[str, Tensor]
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)
+        for f in tmp.iterdir():   # safetensors writes through a private temporary file
+            os.chmod(f, 0o666 & ~umask)
         _swap_in(tmp, dest)
     finally:
         if tmp.exists():
@@ -347,20 +350,27 @@ def _gamma_of(kind: str, block_size: int) -> int:
     return block_size - 1 if kind == "dflash" else block_size
 
 
-def _draft_model_fields(config: Mapping[str, Any], kind: str, where: str) -> dict[str, Any]:
-    """Fields of the dflash/dspark engine layouts."""
-    dc = config.get("dflash_config") or {}
-    out = _layer_fields(config, where)
-    block = int(dc.get("block_size") or _need(config, "block_size", where))
-    mask = dc.get("mask_token_id", config.get("mask_token_id"))
-    out.update(kind=kind, gamma=_gamma_of(kind, block),
-               taps=[int(t) for t in _need(dc, "target_layer_ids", f"{where} dflash_config")],
+def _block_fields(out: dict[str, Any], config: Mapping[str, Any], kind: str, block: int,
+                  taps: list[int], mask: Any, where: str) -> dict[str, Any]:
+    """``out`` (the layer fields) completed with what both engine layouts state about the
+    block: kind, gamma, taps, target width, mask token and the DSpark Markov fields."""
+    out.update(kind=kind, gamma=_gamma_of(kind, block), taps=taps,
                target_hidden=int(_need(config, "target_hidden_size", where)),
                mask_token_id=None if mask is None else int(mask))
     if kind == "dspark":
         out.update(_markov_fields(config, where))
     _check_anchor(config, kind, where)
     return out
+
+
+def _draft_model_fields(config: Mapping[str, Any], kind: str, where: str) -> dict[str, Any]:
+    """Fields of the dflash/dspark engine layouts."""
+    dc = config.get("dflash_config") or {}
+    out = _layer_fields(config, where)
+    block = int(dc.get("block_size") or _need(config, "block_size", where))
+    mask = dc.get("mask_token_id", config.get("mask_token_id"))
+    taps = [int(t) for t in _need(dc, "target_layer_ids", f"{where} dflash_config")]
+    return _block_fields(out, config, kind, block, taps, mask, where)
 
 
 def _speculators_fields(config: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -374,15 +384,9 @@ def _speculators_fields(config: Mapping[str, Any], where: str) -> dict[str, Any]
         raise ValueError(f"{where}: a reduced draft vocabulary ({draft_vocab} of "
                          f"{out['vocab_size']}) is not supported")
     aux = _need(config, "aux_hidden_state_layer_ids", where)
-    mask = config.get("mask_token_id")
-    out.update(kind=kind, gamma=_gamma_of(kind, int(_need(config, "block_size", where))),
-               taps=[int(t) - 1 for t in aux],  # hidden_states[0] is the embedding output
-               target_hidden=int(_need(config, "target_hidden_size", where)),
-               mask_token_id=None if mask is None else int(mask))
-    if kind == "dspark":
-        out.update(_markov_fields(config, where))
-    _check_anchor(config, kind, where)
-    return out
+    taps = [int(t) - 1 for t in aux]  # hidden_states[0] is the embedding output
+    return _block_fields(out, config, kind, int(_need(config, "block_size", where)), taps,
+                         config.get("mask_token_id"), where)
 
 
 def _floorgap_fields(config: Mapping[str, Any], where: str) -> dict[str, Any]:

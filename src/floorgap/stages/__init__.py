@@ -19,6 +19,7 @@ STAGES: dict[str, str] = {
     "drafter_eval": "R, R^oracle, R^self and accept factors of drafters on the rollout paths",
     "gaps": "model gaps, exposure, serving risk, dependence and best responses",
     "decomposition": "one decompose drafter's floor and model gap by slot (csv, tex, md)",
+    "export": "one trained drafter as a checkpoint folder that serving engines load",
     "report": "one paper figure or table (and its values fragment) from analysis summaries",
     "values": "concatenate the items' values fragments into paper/values.tex",
     "paper": "compile paper/main.tex with latexmk",
