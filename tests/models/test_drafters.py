@@ -18,6 +18,7 @@ from floorgap.models.drafters import (
 )
 
 transformers = pytest.importorskip("transformers")
+from _tiny import tiny_llama  # noqa: E402
 
 V, H, G, T, B = 96, 32, 4, 6, 2
 KINDS = ("dflash", "dspark", "prefix_attention")
@@ -33,14 +34,7 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def target():
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=64,
-                                   num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, tie_word_embeddings=False)
-    model = transformers.LlamaForCausalLM(cfg).eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return model
+    return tiny_llama(V, H, 64)
 
 
 def config(kind: str, **kw) -> DrafterConfig:

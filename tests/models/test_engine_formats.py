@@ -19,6 +19,7 @@ from floorgap.models.engine_formats import (
 )
 
 transformers = pytest.importorskip("transformers")
+from _tiny import tiny_llama  # noqa: E402
 safetensors = pytest.importorskip("safetensors")
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
@@ -37,14 +38,7 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def target():
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=128,
-                                   num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, tie_word_embeddings=False)
-    model = transformers.LlamaForCausalLM(cfg).eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return model
+    return tiny_llama(V, H, 128)
 
 
 def make(kind: str, target, **kw):

@@ -1,6 +1,6 @@
 rule drafter_data:
-    """Training blocks: target responses to training prompts (disjoint from the evaluation
-    corpus) under the training law, with top-K target distributions at every slot."""
+    """Training data: target responses to training prompts (disjoint from the evaluation
+    corpus), with the top-K of the evaluation-law distribution at every response position."""
     input:
         model=lambda w: model_dir(w.target),
         corpus=per_domain("results/{target}/corpus/{domain}.parquet"),
@@ -10,6 +10,8 @@ rule drafter_data:
         spec=lambda w: as_json(W.drafter_data_spec(w.target)),
     log:
         f"{LOGS}/drafter_data/{{target}}.log",
+    # the longest job on the gap half's chain: start it before the floor half's shards
+    priority: 10
     threads: 1
     resources:
         mem_mb=12000,
