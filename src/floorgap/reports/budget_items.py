@@ -89,26 +89,37 @@ def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
     one line per recipe and epoch (left: R_0, right: R_{gamma-1})."""
     runs = study_runs(inputs, spec)
     last = max(int(c.split("_")[1]) for c in runs.columns if c.startswith("R_"))
+    runs["recipe"] = runs.apply(_recipe, axis=1)
+    final = runs["epoch"] == runs["epochs"]
     fig, axes = _figure(spec, 2)
-    styles = {}
-    for (recipe, epoch), grp in runs.groupby([runs.apply(_recipe, axis=1), "epoch"], sort=True):
+    colours: dict[str, Any] = {}
+    # one solid line per recipe through each drafter's final epoch, dashed for earlier epochs
+    curves = [(recipe, "final epoch", grp) for recipe, grp in runs[final].groupby("recipe")]
+    curves += [(recipe, f"epoch {epoch}", grp)
+               for (recipe, epoch), grp in runs[~final].groupby(["recipe", "epoch"])]
+    for recipe, which, grp in curves:
         grp = grp.sort_values("blocks")
-        marker = "o" if len(grp) > 1 else "s"
         for ax, k in zip(axes, (0, last), strict=True):
-            key = recipe
-            line, = ax.plot(grp["blocks"], grp[f"R_{k}"], marker=marker,
-                            linestyle="-" if epoch == grp["epochs"].max() else "--",
-                            color=styles.get(key), label=f"{recipe}, epoch {epoch}")
-            styles.setdefault(key, line.get_color())
+            line, = ax.plot(grp["blocks"], grp[f"R_{k}"], marker="o" if len(grp) > 1 else "s",
+                            linestyle="-" if which == "final epoch" else "--",
+                            color=colours.get(recipe), label=f"{recipe}, {which}")
+            colours.setdefault(recipe, line.get_color())
     for ax, k in zip(axes, (0, last), strict=True):
         ax.set_xscale("log")
         ax.set_xlabel("training blocks")
         ax.set_ylabel(f"held-out risk at slot {k}")
     axes[1].legend(fontsize="x-small")
     _save(fig, "figE_drafter_learning", out_dir, spec)
-    final = runs[runs["epoch"] == runs["epochs"]]
-    best = final.loc[final[f"R_{last}"].idxmin()]
+    finals = runs[final]
+    best = finals.loc[finals[f"R_{last}"].idxmin()]
+    # how fast the best recipe's final-epoch risk falls over its last stretch of data
+    curve = finals[finals["recipe"] == best["recipe"]].sort_values("blocks")
+    slope = math.nan
+    if len(curve) >= 2 and curve["blocks"].iloc[-1] > curve["blocks"].iloc[-2]:
+        slope = ((curve["R_0"].iloc[-1] - curve["R_0"].iloc[-2])
+                 / math.log10(curve["blocks"].iloc[-1] / curve["blocks"].iloc[-2]))
     return {
+        macro_name("budget", "drop", "first"): fmt(-slope, 3),  # per tenfold more blocks
         macro_name("budget", "best", "risk", "first"): fmt(best["R_0"], 2),
         macro_name("budget", "best", "risk", "last"): fmt(best[f"R_{last}"], 2),
         macro_name("budget", "best", "blocks"): str(int(best["blocks"])),
