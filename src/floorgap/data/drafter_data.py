@@ -213,8 +213,8 @@ def _precision(model: Any, autocast: str | None) -> Any:
 
 def _responses(model: Any, prompts: list[Any], formatted: Mapping[str, list[int]],
                st: _Settings, name: str, record: _Record) -> tuple[dict[int, list[int]], int]:
-    """The target's response to each prompt under the training law (batched shortest first),
-    by prompt index, and the number cut at ``max_new_tokens``."""
+    """The target's response to each prompt under the training data's law (batched, shortest
+    first), by prompt index, and the number cut at ``max_new_tokens``."""
     from floorgap.data.corpus import generate_batch
 
     order = sorted(range(len(prompts)), key=lambda i: (len(formatted[prompts[i].prompt_id]), i))

@@ -13,6 +13,13 @@ Shapes: B batch, T prefix length (right-aligned; ``prefix_mask`` marks real posi
 G = gamma, D drafter width (= target hidden size, because the head is shared), F = n_taps * H,
 V vocabulary, K = nominate_k, W head width, P predecessor hypotheses per slot.
 
+Engine layout. Module names follow the checkpoints DFlash/DSpark serving engines load
+(``fc``, ``hidden_norm``, ``layers.{i}.self_attn.{q,k,v,o}_proj``, ``q_norm``/``k_norm``,
+``mlp.{gate,up,down}_proj``, ``norm``, ``markov_head.markov_w1/w2``, ``confidence_head.proj``;
+floorgap.models.engine_formats writes and reads them). A DFlash block has gamma + 1 rows
+[E(c), E(mask) x gamma] and row k + 1 proposes slot k; the DSpark-style kinds have gamma rows
+and row k proposes slot k (``DrafterConfig.sample_from_anchor``).
+
 Kinds
 -----
 ``dflash``  Parallel backbone; q_k = softmax(u_k), a function of X only.

@@ -14,7 +14,7 @@ STAGES: dict[str, str] = {
     "rollouts": "M target paths per anchor with full-vocabulary p_k and the exact floors",
     "floors": "T^(0), T^(1), bounds, support, K-median and bootstrap summaries of one target",
     "mi": "mutual-information recovery rho_{k,m} on one domain's screened anchors",
-    "drafter_data": "drafter training blocks from the target under the training law",
+    "drafter_data": "drafter training data: target responses and evaluation-law targets",
     "drafters": "train one drafter variant (resumable, per-epoch checkpoints) or import one",
     "drafter_eval": "R, R^oracle, R^self and accept factors of drafters on the rollout paths",
     "gaps": "model gaps, exposure, serving risk, dependence and best responses",
