@@ -114,8 +114,9 @@ def test_smoke_dag_end_to_end(smoke_run: Path) -> None:
     manifest = json.loads((results / "manifest.json").read_text())
     listed = {Path(e["path"]).name for e in manifest["files"]}
     shards = cfg["rollouts"]["shards"]
-    # corpus, anchors, mi + paths/floors per shard per domain; floors and gaps summaries
-    assert len(manifest["files"]) == (3 + 2 * shards) * len(cfg["domains"]) + 2 + 3
+    # corpus, anchors, mi + paths/floors per shard per domain; the two floors tables and the
+    # gaps summaries of the non-empty groups (summary, trajectory, components, budget)
+    assert len(manifest["files"]) == (3 + 2 * shards) * len(cfg["domains"]) + 2 + 4
     for domain in cfg["domains"]:
         assert f"{domain}.parquet" in listed
         anchors = pd.read_parquet(results / "anchors" / f"{domain}.parquet")
@@ -131,10 +132,11 @@ def test_smoke_dag_end_to_end(smoke_run: Path) -> None:
     for macro in ("fgFloorTZeroLast", "fgDsparkGapLast", "fgOursVsDsparkTauChange",
                   "fgOursTrajectoryTauLast", "fgComponentsBest"):
         assert f"\\newcommand{{\\{macro}}}" in values, macro
-    # every drafter, trajectory epoch and component arm was trained and evaluated
+    # every drafter, trajectory epoch, component arm and budget-study arm was trained
     drafters = cfg["drafters"]
     trained = {p.parent.name for p in (results / "drafters").glob("*/final.pt")}
-    assert trained == set(drafters["variants"]) | set(drafters["components"]["arms"])
+    assert trained == (set(drafters["variants"]) | set(drafters["components"]["arms"])
+                       | set(drafters["budget"]["arms"]))
     for v in drafters["trajectory"]:
         epochs = drafters["variants"][v].get("epochs", drafters["train"]["epochs"])
         assert len(list((results / "drafters" / v / "epochs").glob("epoch-*.pt"))) == epochs
@@ -246,6 +248,7 @@ def test_renamed_drafters_build_every_item(smoke_run: Path, tmp_path: Path) -> N
         d["variants"] = {names[k]: v for k, v in d["variants"].items()}
         d["roles"] = {r: names[v] for r, v in d["roles"].items()}
         d["trajectory"] = [names[v] for v in d["trajectory"]]
+        d["budget"]["variants"] = [names[v] for v in d["budget"]["variants"]]
 
     cfg = _write_config(tmp_path / "renamed.yaml", rename)
     work = tmp_path / "work"
