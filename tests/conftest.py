@@ -97,3 +97,15 @@ def smoke_domain_records(smoke_target):
                      ["--spec", json.dumps(spec), "--corpus", str(corpus),
                       "--out", str(anchors), "--threads", "1"]) == 0
     return cfg, target, model_dir, corpus, anchors, out
+
+
+def dry_run_jobs(dry_run_output: str) -> dict[str, int]:
+    """Rule -> job count from the "Job stats" table of a dry run."""
+    lines = dry_run_output.split("Job stats:")[1].splitlines()[3:]
+    jobs = {}
+    for line in lines:
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].isdigit():
+            break
+        jobs[parts[0]] = int(parts[1])
+    return jobs

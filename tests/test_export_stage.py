@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import SMOKE_CONFIG, snakemake
+from conftest import SMOKE_CONFIG, dry_run_jobs, snakemake
 from floorgap.config import resolve
 
 GAMMA = 7
@@ -218,24 +218,12 @@ def test_missing_drafter_is_refused(smoke_target, tmp_path) -> None:
 # ------------------------------------------------------------------------ the workflow
 
 
-def _job_counts(dry_run_output: str) -> dict[str, int]:
-    """Rule -> job count from the "Job stats" table of a dry run."""
-    lines = dry_run_output.split("Job stats:")[1].splitlines()[3:]
-    jobs = {}
-    for line in lines:
-        parts = line.split()
-        if len(parts) != 2 or not parts[1].isdigit():
-            break
-        jobs[parts[0]] = int(parts[1])
-    return jobs
-
-
 @pytest.mark.slow
 def test_smoke_dry_run_lists_the_export_jobs(tmp_path) -> None:
     res = snakemake("-n", "--cores", "2", "--configfile", str(SMOKE_CONFIG), cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     out = res.stdout + res.stderr
     expected = resolve(smoke()).export_targets()
-    assert _job_counts(res.stdout)["export"] == len(expected) == 5
+    assert dry_run_jobs(res.stdout)["export"] == len(expected) == 5
     for folder in expected:
         assert f"output: {folder}\n" in out, folder

@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, SMOKE_CONFIG, snakemake, snakemake_cmd, snakemake_env
+from conftest import (REPO, SMOKE_CONFIG, dry_run_jobs, snakemake, snakemake_cmd,
+                      snakemake_env)
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -81,18 +82,6 @@ def test_inconsistent_drafter_sections_are_refused(tmp_path: Path, mutate, needl
     assert not (tmp_path / "results").exists()
 
 
-def _jobs(dry_run_output: str) -> dict[str, int]:
-    """Rule -> job count from the "Job stats" table of a dry run."""
-    lines = dry_run_output.split("Job stats:")[1].splitlines()[3:]
-    jobs = {}
-    for line in lines:
-        parts = line.split()
-        if len(parts) != 2 or not parts[1].isdigit():
-            break
-        jobs[parts[0]] = int(parts[1])
-    return jobs
-
-
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     """The whole smoke DAG, run once in a scratch working directory."""
@@ -155,7 +144,7 @@ def test_one_figure_rebuilds_alone(smoke_run: Path, item: str) -> None:
     res = snakemake(f"figures/{item}.pdf", "--cores", "1", "--configfile",
                     str(SMOKE_CONFIG), "-n", cwd=smoke_run)
     assert res.returncode == 0, res.stderr
-    assert _jobs(res.stdout) == {item: 1, "total": 1}
+    assert dry_run_jobs(res.stdout) == {item: 1, "total": 1}
     res = snakemake(f"figures/{item}.pdf", "--cores", "1", "--configfile",
                     str(SMOKE_CONFIG), cwd=smoke_run)
     assert res.returncode == 0, res.stderr
@@ -167,7 +156,7 @@ def test_plotting_option_reruns_nothing_upstream(smoke_run: Path, tmp_path: Path
                         lambda c: c["figures"].update(width_in=c["figures"]["width_in"] + 1))
     res = snakemake("--cores", "1", "--configfile", str(cfg), "-n", cwd=smoke_run)
     assert res.returncode == 0, res.stderr
-    jobs = _jobs(res.stdout)
+    jobs = dry_run_jobs(res.stdout)
     upstream = {"models", "corpus", "anchors", "rollouts", "floors", "mi", "manifest",
                 "drafter_data", "drafters", "drafter_eval_summary", "drafter_eval_components",
                 "gaps"}
@@ -231,7 +220,7 @@ def test_a_new_figure_is_a_function_and_a_registry_row(smoke_run: Path, tmp_path
     target = "figures/figZ_floor_bars.pdf"
     res = snakemake(target, "--cores", "1", "--configfile", str(cfg), "-n", cwd=smoke_run, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert _jobs(res.stdout) == {"figZ_floor_bars": 1, "total": 1}
+    assert dry_run_jobs(res.stdout) == {"figZ_floor_bars": 1, "total": 1}
     res = snakemake(target, "--cores", "1", "--configfile", str(cfg), cwd=smoke_run, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     assert (smoke_run / target).stat().st_size > 0
