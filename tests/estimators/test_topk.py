@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from floorgap.estimators.barycentre import tv_distance
-from floorgap.estimators.topk import topk_divergences
+from floorgap.estimators.topk import logsumexp_gather, topk_divergences
 
 
 def _pair(seed: int, v: int, rows: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,3 +65,49 @@ def test_gradient_of_the_kl_is_q_minus_p_on_full_support() -> None:
     topk_divergences(logits, ids, vals)["kl"].sum().backward()
     torch.testing.assert_close(logits.grad, torch.softmax(logits.detach(), -1) - p.float(),
                                atol=1e-5, rtol=1e-4)
+
+
+def test_logsumexp_gather_matches_autograd_in_value_and_gradient() -> None:
+    """The fused function against torch.logsumexp and gather differentiated by autograd, with
+    upstream gradients on both outputs (the normaliser and the picked logits)."""
+    g = torch.Generator().manual_seed(5)
+    logits = (torch.randn(2, 3, 50, generator=g) * 4).requires_grad_(True)
+    ids = torch.stack([torch.randperm(50, generator=g)[:6] for _ in range(6)]).view(2, 3, 6)
+    up_lse, up_pick = torch.randn(2, 3, generator=g), torch.randn(2, 3, 6, generator=g)
+    lse, picked = logsumexp_gather(logits, ids)
+    (grad,) = torch.autograd.grad((lse * up_lse).sum() + (picked * up_pick).sum(), logits)
+    ref_lse, ref_pick = torch.logsumexp(logits, -1), logits.gather(-1, ids)
+    (ref,) = torch.autograd.grad((ref_lse * up_lse).sum() + (ref_pick * up_pick).sum(), logits)
+    torch.testing.assert_close(lse, ref_lse, atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(picked, ref_pick)
+    torch.testing.assert_close(grad, ref, atol=1e-6, rtol=1e-5)
+
+
+def test_logsumexp_gather_reads_low_precision_logits_in_float32() -> None:
+    """bf16 logits: the outputs are float32 values of the same bf16 numbers, and the gradient
+    comes back in bf16 as the float32 gradient rounded once."""
+    g = torch.Generator().manual_seed(9)
+    logits = (torch.randn(4, 300, generator=g) * 3).bfloat16().requires_grad_(True)
+    ids = torch.stack([torch.randperm(300, generator=g)[:8] for _ in range(4)])
+    lse, picked = logsumexp_gather(logits, ids)
+    assert lse.dtype == picked.dtype == torch.float32
+    wide = logits.detach().float().requires_grad_(True)
+    torch.testing.assert_close(lse, torch.logsumexp(wide, -1), atol=1e-5, rtol=1e-6)
+    lse.sum().backward()
+    assert logits.grad is not None and logits.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(logits.grad, torch.softmax(wide.detach(), -1).bfloat16())
+
+
+def test_gradient_of_the_coarsened_kl_in_closed_form() -> None:
+    """With a residual bucket the gradient is q_j - p_j on the stored tokens and
+    q_j (1 - r_p / r_q) elsewhere (derived by hand from the two-bucket KL)."""
+    logits, p = _pair(11, 9, rows=2)
+    logits = logits.float().requires_grad_(True)
+    vals, ids = p.float().topk(4, dim=-1)
+    topk_divergences(logits, ids, vals)["kl"].sum().backward()
+    q = torch.softmax(logits.detach(), -1)
+    r_p = 1 - vals.sum(-1, keepdim=True)
+    r_q = 1 - q.gather(-1, ids).sum(-1, keepdim=True)
+    expected = q * (1 - r_p / r_q)
+    expected.scatter_(-1, ids, q.gather(-1, ids) - vals)
+    torch.testing.assert_close(logits.grad, expected, atol=1e-6, rtol=1e-4)

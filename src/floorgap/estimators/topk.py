@@ -10,7 +10,42 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["topk_divergences"]
+__all__ = ["logsumexp_gather", "topk_divergences"]
+
+
+class _LogSumExpGather(torch.autograd.Function):
+    """(logsumexp(z), z[ids]) in float32; d lse / dz = softmax(z), kept from the forward."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, ids: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+        # one fused pass gives q = softmax(z) in float32; log Z then follows from any entry,
+        # log Z = z_j - log q_j, taken at the mode (max z, max q) where q_j >= 1/V is precise
+        q = torch.softmax(logits, -1, dtype=torch.float32)
+        lse = logits.amax(-1).float() - q.amax(-1).log()
+        picked = logits.gather(-1, ids).float()
+        ctx.save_for_backward(q, ids)
+        ctx.dtype = logits.dtype
+        return lse, picked
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_lse: Tensor | None, g_picked: Tensor | None  # type: ignore[override]
+                 ) -> tuple[Tensor, None]:
+        q, ids = ctx.saved_tensors
+        # autograd's own graph (float copy, sub, exp, mul, a dense scatter, a cast back) makes
+        # about a dozen passes over [..., V]; this makes two, which matters because the rows
+        # are the whole vocabulary and the loss is most of a drafter's training step
+        grad = q.mul_(g_lse.unsqueeze(-1)) if g_lse is not None else q.zero_()
+        if g_picked is not None:
+            grad.scatter_add_(-1, ids, g_picked)
+        return grad.to(ctx.dtype), None
+
+
+def logsumexp_gather(logits: Tensor, ids: Tensor) -> tuple[Tensor, Tensor]:
+    """``(logsumexp(logits, -1), logits.gather(-1, ids))``, both float32, differentiable in
+    ``logits`` with a fused backward (the gradient of the normaliser log Z of q = softmax(z) is
+    q itself). ``logits`` [..., V] may be low precision; ``ids`` [..., K] are int64."""
+    return _LogSumExpGather.apply(logits, ids.long())
 
 
 def topk_divergences(logits: Tensor, ids: Tensor, vals: Tensor) -> dict[str, Tensor]:
@@ -20,8 +55,8 @@ def topk_divergences(logits: Tensor, ids: Tensor, vals: Tensor) -> dict[str, Ten
     against r_q = 1 - sum q_K). Both are lower bounds of the full divergences (data
     processing) and equal them when the stored top-K carries all of p's mass."""
     # gather before normalising: one [..., V] pass (the logsumexp) instead of a full log q
-    lse = torch.logsumexp(logits.float(), -1, keepdim=True)
-    logq_k = logits.float().gather(-1, ids.long()) - lse                   # [..., K]
+    lse, picked = logsumexp_gather(logits, ids)
+    logq_k = picked - lse.unsqueeze(-1)                                    # [..., K]
     q_k = logq_k.exp()
     p_k = vals.float()
     r_p = (1 - p_k.sum(-1)).clamp(min=0.0)

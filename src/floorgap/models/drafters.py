@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from floorgap.estimators.topk import topk_divergences
+from floorgap.estimators.topk import logsumexp_gather, topk_divergences
 
 KINDS = ("dflash", "dspark", "prefix_attention")
 OBJECTIVES = ("ce", "kl", "tv")
@@ -430,6 +430,7 @@ class Drafter(nn.Module):
                              "(build_drafter fills them from the target)")
         self.cfg = cfg
         self._shared = _Shared(embed, head)
+        self._head_cast: tuple[Any, Tensor] | None = None
         for p in list(embed.parameters()) + list(head.parameters()):
             p.requires_grad_(False)
         embed_dim = embed.weight.shape[1]
@@ -474,8 +475,19 @@ class Drafter(nn.Module):
         return self._shared.embed(ids).to(self.backbone.fc.weight.dtype)
 
     def lm_head(self, h: Tensor) -> Tensor:
-        w = self._shared.head.weight
-        return self._shared.head(h.to(w.dtype)).float()
+        """The target's output head on h: float32 logits, or under autocast logits in the
+        autocast precision (the loss reads them in float32 itself)."""
+        head = self._shared.head
+        kind = h.device.type
+        if not torch.is_autocast_enabled(kind):
+            return head(h.to(head.weight.dtype)).float()
+        # autocast recasts a frozen weight at every call (it caches only trainable leaves): the
+        # V x D head is cast once per precision instead (its version guards against edits)
+        dtype = torch.get_autocast_dtype(kind)
+        key = (dtype, head.weight.data_ptr(), head.weight._version)
+        if self._head_cast is None or self._head_cast[0] != key:
+            self._head_cast = (key, head.weight.detach().to(dtype))
+        return F.linear(h.to(dtype), self._head_cast[1], head.bias)
 
     # ---- passes
     def _block(self, features: Tensor, committed: Tensor, prefix_mask: Tensor | None,
@@ -662,7 +674,7 @@ class Drafter(nn.Module):
         nom_weight * L_nom on u_k, the cross-entropy of u_k's renormalised distribution on S_k,
         the target's top-``nominate_k`` tokens, against p's renormalised mass there.
         """
-        logits = output.logits.float()
+        logits = output.logits  # kept in its precision: topk_divergences reads it in float32
         b, g, v = logits.shape
         w = self.slot_weights(g, logits.device)
         w = w / w.sum()
@@ -678,7 +690,7 @@ class Drafter(nn.Module):
         top = TopKTargets.of(targets) if targets is not None else None
         div = topk_divergences(logits, top.ids, top.vals) if needs_p else {}
         if objective == "ce":
-            ce = F.cross_entropy(logits.reshape(-1, v), block_tokens.reshape(-1),
+            ce = F.cross_entropy(logits.float().reshape(-1, v), block_tokens.reshape(-1),
                                  reduction="none").view(b, g)
             total = reduce(ce)
         else:
@@ -695,7 +707,8 @@ class Drafter(nn.Module):
         if self.cfg.kind == "prefix_attention":
             k = min(self.cfg.nominate_k, top.ids.shape[-1])
             p_nom = top.vals[..., :k] / top.vals[..., :k].sum(-1, keepdim=True).clamp_min(1e-12)
-            logq = torch.log_softmax(output.base_logits.float(), -1).gather(-1, top.ids[..., :k])
+            lse, picked = logsumexp_gather(output.base_logits, top.ids[..., :k])
+            logq = picked - lse.unsqueeze(-1)
             l_nom = reduce(-(p_nom * logq).sum(-1))
             total = total + self.cfg.nom_weight * l_nom
             parts["nom"] = float(l_nom.detach())
