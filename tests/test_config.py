@@ -72,7 +72,7 @@ def test_renamed_variants_carry_through_every_spec() -> None:
     assert spec.roles == {"order0": "blockwise", "order1": "markov", "ours": "prefix-head"}
     assert spec.gaps_spec("summary")["contrasts"] == [["prefix-head", "markov"]]
     assert spec.report_spec("gaps", "table")["roles"] == spec.roles
-    text = json.dumps([spec.drafter_eval_spec("tiny-random", 0, g) for g in spec.eval_groups])
+    text = json.dumps([spec.drafter_eval_spec("tiny-random", 0, g) for g in spec.eval_jobs])
     for old in names:
         assert f'"{old}"' not in text
 

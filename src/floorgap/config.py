@@ -129,6 +129,7 @@ class WorkflowSpec:
     roles: dict[str, str] = field(init=False)
     decompose: list[str] = field(init=False)
     eval_groups: dict[str, list[Evaluation]] = field(init=False)
+    eval_jobs: dict[str, list[Evaluation]] = field(init=False)
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -157,6 +158,14 @@ class WorkflowSpec:
                       + [Evaluation(arm, "final") for arm in self.budget_arms],
             # a user's own drafters (floorgap decompose): final weights only
             "decompose": [Evaluation(name, "final") for name in self.decompose],
+        }
+        # The drafter_eval jobs (one per shard each). The study's groups share one: the
+        # target's p along the paths, most of an evaluation's cost, is then computed once for
+        # all of them. A user's own drafters keep theirs, so evaluating them trains nothing.
+        self.eval_jobs = {
+            "study": [e for group in ("summary", "trajectory", "components", "budget")
+                      for e in self.eval_groups[group]],
+            "decompose": self.eval_groups["decompose"],
         }
 
     # ---------------------------------------------------------------- names and settings
@@ -249,11 +258,18 @@ class WorkflowSpec:
         return {**self.config["analysis"], "seed": self.config["seed"], **extra}
 
     def drafter_data_spec(self, target: str) -> dict[str, Any]:
+        """What the drafter_data stage reads; the taps and the training precision only when the
+        record stores features (otherwise changing them reruns nothing there)."""
         cfg = self.config
-        return {"target": self.target(target), "domains": [self.domain(d) for d in self.domains],
-                "training_data": cfg["drafters"]["training_data"], "corpus": cfg["corpus"],
+        drafters = cfg["drafters"]
+        spec = {"target": self.target(target), "domains": [self.domain(d) for d in self.domains],
+                "training_data": drafters["training_data"], "corpus": cfg["corpus"],
                 "evaluation_law": cfg["evaluation_law"], "gamma": cfg["anchors"]["gamma"],
                 "seed": cfg["seed"]}
+        if drafters["training_data"].get("store_features", False):
+            spec["features"] = {"taps": drafters["taps"],
+                                "dtype": drafters["train"].get("autocast") or "float32"}
+        return spec
 
     def drafters_spec(self, target: str, variant: str) -> dict[str, Any]:
         """What the drafters stage reads. An imported checkpoint reads no training settings, so
@@ -268,11 +284,11 @@ class WorkflowSpec:
                 "train": cfg["drafters"]["train"], "gamma": cfg["anchors"]["gamma"],
                 "seed": cfg["seed"]}
 
-    def drafter_eval_spec(self, target: str, shard: int, group: str) -> dict[str, Any]:
+    def drafter_eval_spec(self, target: str, shard: int, job: str) -> dict[str, Any]:
         cfg = self.config
         return {"target": self.target(target), "rollouts": cfg["rollouts"],
                 "law": cfg["evaluation_law"], "gamma": cfg["anchors"]["gamma"],
-                "shard": int(shard), "variants": [e.label for e in self.eval_groups[group]]}
+                "shard": int(shard), "variants": [e.label for e in self.eval_jobs[job]]}
 
     def gaps_spec(self, summary: str) -> dict[str, Any]:
         """The analysis settings of one gaps summary: its contrasts (ours against the order-1

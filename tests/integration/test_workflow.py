@@ -158,7 +158,7 @@ def test_plotting_option_reruns_nothing_upstream(smoke_run: Path, tmp_path: Path
     assert res.returncode == 0, res.stderr
     jobs = dry_run_jobs(res.stdout)
     upstream = {"models", "corpus", "anchors", "rollouts", "floors", "mi", "manifest",
-                "drafter_data", "drafters", "drafter_eval_summary", "drafter_eval_components",
+                "drafter_data", "drafters", "drafter_eval_study",
                 "gaps"}
     assert not upstream & set(jobs), jobs
     assert set(FIGURES) <= set(jobs)

@@ -190,3 +190,42 @@ def test_block_batches_cover_every_block_once_per_sequence(smoke_domain_records,
             assert torch.equal(batch[key][row], one[key]), key
     small = BlockExamples(data, model, cfg["drafters"]["taps"], gamma, seed=5, max_blocks=1)
     assert len(small.sequences) == 1 and set(small.sequences) <= set(ds.sequences)
+
+
+def test_stored_features_are_the_computed_ones(smoke_domain_records, train_data, tmp_path):
+    """A record written with store_features holds, per sequence, exactly the features training
+    would compute (fp32 target, same taps), and BlockExamples reads them instead; other taps fall
+    back to computing. The targets are the same as without features."""
+    from floorgap.models.drafter_training import BlockExamples
+    from floorgap.models.drafters import target_features
+    from floorgap.models.targets import load_target
+
+    cfg, target, model_dir, corpus, _, _ = smoke_domain_records
+    taps = cfg["drafters"]["taps"]
+    spec = dict(_data_spec(cfg, target), features={"taps": taps, "dtype": "float32"})
+    out = tmp_path / "with_features.pt"
+    assert run_stage(data_cli.main, data_cli.build_parser(),
+                     ["--spec", json.dumps(spec), "--model-dir", str(model_dir), "--corpus",
+                      str(corpus), "--out", str(out), "--threads", "1"]) == 0
+    stored = load_drafter_data(out)
+    _, plain = train_data
+    assert "features" not in plain and plain["metadata"]["features"] is None
+    assert stored["metadata"]["features"] == {"taps": taps, "dtype": "float32"}
+    for key in ("tokens", "target_ids", "target_vals"):
+        assert torch.equal(stored[key], plain[key]), key
+    model, _ = load_target(model_dir, target["dtype"], "cpu")
+    assert stored["features"].shape[0] == stored["tokens"].shape[0]
+    for s in range(len(stored["seq_prompt_ids"])):
+        ids = sequence(stored, s)[None]
+        with torch.no_grad():
+            fresh = target_features(model, ids, torch.ones_like(ids), taps)[0]
+        a, b = int(stored["seq_offsets"][s]), int(stored["seq_offsets"][s + 1])
+        torch.testing.assert_close(stored["features"][a:b], fresh, rtol=1e-5, atol=1e-5)
+    gamma = cfg["anchors"]["gamma"]
+    read = BlockExamples(stored, model, taps, gamma, seed=5)
+    computed = BlockExamples(plain, model, taps, gamma, seed=5)
+    assert read.stored_features() and not computed.stored_features()
+    assert not BlockExamples(stored, model, taps[:1], gamma, seed=5).stored_features()
+    read.prepare(), computed.prepare()
+    for s in read.sequences:
+        torch.testing.assert_close(read.features[s], computed.features[s], rtol=1e-5, atol=1e-5)

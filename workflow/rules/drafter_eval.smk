@@ -1,7 +1,8 @@
 # Drafter evaluation on the stored rollout paths. One job per target x domain x shard and
-# evaluation group (floorgap.config: summary, trajectory, components) evaluates every drafter of
-# the group: the target's p_k along the paths, the costly part, is computed once per anchor and
-# shared. The rules are drafter_eval_<group>.
+# evaluation job (floorgap.config eval_jobs: `study`, every drafter of the summary, trajectory,
+# components and budget groups; `decompose`, a user's own drafters) evaluates all of its
+# drafters: the target's p_k along the paths, the costly part, is computed once per anchor and
+# shared. The rules are drafter_eval_<job>.
 
 
 def weights_input(evaluation):
@@ -10,15 +11,15 @@ def weights_input(evaluation):
     return path if evaluation.weights == "final" else os.path.dirname(path)
 
 
-for _group, _evals in W.eval_groups.items():
+for _job, _evals in W.eval_jobs.items():
     if not _evals:
         continue
 
     rule:
-        """Drafters of one evaluation group on the stored target paths of one shard: R,
+        """Drafters of one evaluation job on the stored target paths of one shard: R,
         R^oracle, R^self, exposure per slot; p, q, TV and accept factors per path and slot."""
         name:
-            f"drafter_eval_{_group}"
+            f"drafter_eval_{_job}"
         input:
             model=lambda w: model_dir(w.target),
             corpus="results/{target}/corpus/{domain}.parquet",
@@ -29,10 +30,10 @@ for _group, _evals in W.eval_groups.items():
             paths=[eval_record("{target}", e, "paths") for e in _evals],
             slots=[eval_record("{target}", e, "slots") for e in _evals],
         params:
-            spec=lambda w, group=_group: as_json(W.drafter_eval_spec(w.target, w.shard, group)),
+            spec=lambda w, job=_job: as_json(W.drafter_eval_spec(w.target, w.shard, job)),
             drafters=lambda w, evals=_evals: [weights_file(w.target, e) for e in evals],
         log:
-            f"{LOGS}/drafter_eval/{{target}}/{_group}/{{domain}}-{{shard}}.log",
+            f"{LOGS}/drafter_eval/{{target}}/{_job}/{{domain}}-{{shard}}.log",
         threads: 1
         resources:
             mem_mb=12000,

@@ -30,11 +30,16 @@ Record (``torch.save``; loads with ``weights_only=True``)::
     pos_offsets     int64 [n_seq + 1]  rows of sequence i's response positions
     target_ids      int32 [P, K]       row pos_offsets[i] + j: top-K ids of the evaluation-law
     target_vals     float32 [P, K]     distribution predicting response token j of sequence i
-    metadata        dict               provenance, config, seed, counts, excluded ids
+    features        [S, n_taps * H]    optional (``store_features``): the target's tap features
+                                       of every token, in the training precision
+    metadata        dict               provenance, config, seed, counts, excluded ids;
+                                       ``features`` says whether and at which taps they are stored
 
-Only token ids are stored, not the target's tap features: the features of every context are
-prefixes of one causal forward over the sequence, so training recomputes them (once per
-sequence) and the file stays small (features would be n_taps * hidden floats per token).
+Features. The features of every context are prefixes of one causal forward over its sequence.
+With ``store_features`` they come from the forward that gives the targets (so they cost nothing
+here and no drafter job recomputes them: ~2 min of the target per trained drafter on the default
+target); without it only token ids are stored and training recomputes them once per sequence,
+which keeps the record small for paper-scale targets (n_taps * hidden values per token).
 """
 
 from __future__ import annotations
@@ -63,18 +68,40 @@ def response_seed(seed: int, prompt_id: str) -> int:
     return derive_seed(seed, "drafter-data", prompt_id)
 
 
+@dataclass(frozen=True)
+class FeatureSpec:
+    """Which tap features a record stores (decoder layers ``taps``, 0-based) and in what dtype."""
+
+    taps: tuple[int, ...]
+    dtype: str = "float32"
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any] | None) -> FeatureSpec | None:
+        if not spec:
+            return None
+        return cls(taps=tuple(int(t) for t in spec["taps"]), dtype=str(spec.get("dtype", "float32")))
+
+
 @torch.no_grad()
 def position_targets(model: Any, sequence: Sequence[int], prompt_len: int, law: SamplingLaw,
-                     top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+                     top_k: int, features: FeatureSpec | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Top-K of the law's next-token distribution predicting every response token of one
     sequence: rows j = 0..len - prompt_len - 1 read the logits at position prompt_len + j - 1.
-    Returns ids int32 [n, K] and probabilities float32 [n, K] (descending)."""
+    Returns ids int32 [n, K], probabilities float32 [n, K] (descending) and, with ``features``,
+    the concatenated hidden states at its taps for every token [len, n_taps * H] (tap t is the
+    output of decoder layer t, as :func:`floorgap.models.drafters.target_features` reads it)."""
     device = next(model.parameters()).device
     ids = torch.tensor([list(sequence)], dtype=torch.long, device=device)
-    logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits[0]
-    probs = law.probs(logits[prompt_len - 1:len(sequence) - 1])          # float64 [n, V]
+    out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False,
+                output_hidden_states=features is not None)
+    probs = law.probs(out.logits[0, prompt_len - 1:len(sequence) - 1])  # float64 [n, V]
     vals, idx = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
-    return idx.to("cpu", torch.int32), vals.to("cpu", torch.float32)
+    feats = None
+    if features is not None:
+        feats = torch.cat([out.hidden_states[t + 1][0] for t in features.taps], -1)
+        feats = feats.to("cpu", getattr(torch, features.dtype))
+    return idx.to("cpu", torch.int32), vals.to("cpu", torch.float32), feats
 
 
 def block_index(data: Mapping[str, Any], gamma: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,6 +135,7 @@ class _Settings:
     eos_ids: list[int]
     pad_id: int
     autocast: str | None = None
+    features: FeatureSpec | None = None
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any], model: Any, tokenizer: Any) -> _Settings:
@@ -125,6 +153,7 @@ class _Settings:
                    batch_size=int(cfg.get("batch_size", spec["corpus"]["batch_size"])),
                    max_prompt_tokens=int(spec["corpus"]["max_prompt_tokens"]), eos_ids=eos_ids,
                    autocast=cfg.get("autocast"),
+                   features=FeatureSpec.from_spec(spec.get("features")),
                    pad_id=(tokenizer.pad_token_id if tokenizer.pad_token_id is not None
                            else eos_ids[0]))
 
@@ -143,12 +172,15 @@ class _Record:
     pos_offsets: list[int] = field(default_factory=lambda: [0])
     target_ids: list[torch.Tensor] = field(default_factory=list)
     target_vals: list[torch.Tensor] = field(default_factory=list)
+    features: list[torch.Tensor] = field(default_factory=list)
     gen_seconds: float = 0.0
     fwd_seconds: float = 0.0
 
     def add_sequence(self, prompt: list[int], response: list[int], prompt_id: str, domain: str,
-                     ids: torch.Tensor, vals: torch.Tensor) -> None:
-        """Append sequence ``prompt + response`` with its per-position targets [n_resp, K]."""
+                     ids: torch.Tensor, vals: torch.Tensor,
+                     features: torch.Tensor | None = None) -> None:
+        """Append sequence ``prompt + response`` with its per-position targets [n_resp, K]
+        (and the tap features of its tokens)."""
         self.tokens += prompt + response
         self.offsets.append(len(self.tokens))
         self.prompt_lens.append(len(prompt))
@@ -157,9 +189,12 @@ class _Record:
         self.pos_offsets.append(self.pos_offsets[-1] + len(response))
         self.target_ids.append(ids)
         self.target_vals.append(vals)
+        if features is not None:
+            self.features.append(features)
 
     def tensors(self) -> dict[str, Any]:
         """The record's data entries (module docstring), in the order they are saved."""
+        feats = {"features": torch.cat(self.features)} if self.features else {}
         return {
             "tokens": torch.tensor(self.tokens, dtype=torch.int32),
             "seq_offsets": torch.tensor(self.offsets, dtype=torch.long),
@@ -169,6 +204,7 @@ class _Record:
             "pos_offsets": torch.tensor(self.pos_offsets, dtype=torch.long),
             "target_ids": torch.cat(self.target_ids),
             "target_vals": torch.cat(self.target_vals),
+            **feats,
         }
 
 
@@ -248,10 +284,10 @@ def _add_targets(model: Any, prompts: list[Any], formatted: Mapping[str, list[in
             n_short += 1
             continue
         timer = Timer()
-        ids, vals = position_targets(model, prompt_ids + resp, len(prompt_ids), st.target_law,
-                                     st.top_k)
+        ids, vals, feats = position_targets(model, prompt_ids + resp, len(prompt_ids),
+                                            st.target_law, st.top_k, st.features)
         record.fwd_seconds += timer.seconds
-        record.add_sequence(prompt_ids, resp, p.prompt_id, name, ids, vals)
+        record.add_sequence(prompt_ids, resp, p.prompt_id, name, ids, vals, feats)
         n_blocks += len(resp) - st.gamma + 1
     return n_blocks, n_short
 
@@ -272,7 +308,8 @@ def _metadata(spec: Mapping[str, Any], st: _Settings, excluded: Mapping[str, set
         "seed": st.seed, "domains": [d["name"] for d in spec["domains"]],
         "excluded_prompt_ids": {k: sorted(v) for k, v in excluded.items()},
         "eos_token_ids": st.eos_ids, "pad_token_id": st.pad_id, "counts": counts,
-        "features": "not stored; recomputed from the target's taps at training time",
+        "features": ({"taps": list(st.features.taps), "dtype": st.features.dtype}
+                     if st.features else None),
         "seconds": {"generate": record.gen_seconds, "targets": record.fwd_seconds},
     }
 

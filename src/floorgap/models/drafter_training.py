@@ -91,7 +91,8 @@ def train_config(spec: Mapping[str, Any], checkpoint_dir: Path, device: str) -> 
 
 class BlockExamples:
     """Every block of a training record (floorgap.data.drafter_data), with the target's tap
-    features computed once per sequence and held in memory as float32.
+    features (stored in the record, or computed once per sequence) held in memory in the
+    training precision.
 
     Batches group blocks by sequence (:meth:`epoch_batches`): the blocks of one sequence share
     its context features and differ only in where their prefix ends, so a batch carries the
@@ -132,8 +133,14 @@ class BlockExamples:
     def __len__(self) -> int:
         return int(self.block_seq.shape[0])
 
+    def stored_features(self) -> bool:
+        """Whether the record stores the tap features this drafter reads (same taps)."""
+        meta = (self.data.get("metadata") or {}).get("features") or {}
+        return "features" in self.data and [int(t) for t in meta.get("taps", [])] == self.taps
+
     def prepare(self) -> float:
-        """Compute the tap features of every kept sequence; returns the seconds it took."""
+        """The tap features of every kept sequence, read from the record when it stores them
+        (:meth:`stored_features`) or else computed; returns the seconds it took."""
         import torch
 
         from floorgap.data.drafter_data import sequence
@@ -143,11 +150,16 @@ class BlockExamples:
         if self.features is not None:
             return 0.0
         timer = Timer()
-        device = next(self.target.parameters()).device
-        feats = {}
         # Under mixed-precision training the drafter reads the features in that precision
         # anyway, so the target's forward runs in it too (3-4x faster on bf16 CPUs).
         dtype = getattr(torch, self.autocast) if self.autocast else None
+        if self.stored_features():
+            offsets, stored = self.data["seq_offsets"], self.data["features"]
+            self.features = {s: stored[int(offsets[s]):int(offsets[s + 1])].to(
+                dtype or torch.float32) for s in self.sequences}
+            return timer.seconds
+        device = next(self.target.parameters()).device
+        feats = {}
         ctx = (torch.autocast(device.type, dtype=dtype) if dtype is not None
                else contextlib.nullcontext())
         with torch.no_grad(), ctx:
@@ -366,7 +378,8 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
                 tcfg.batch_size, world,
                 f"; resuming after epoch {found[1]['epoch']}" if found else "")
     if not (found is not None and int(found[1]["epoch"]) >= tcfg.epochs):
-        logger.info("target features of %d sequences: %.1f s", len(dataset.sequences),
+        logger.info("target features of %d sequences (%s): %.1f s", len(dataset.sequences),
+                    "stored in the record" if dataset.stored_features() else "computed",
                     dataset.prepare())
     timer = Timer()
     result = train(drafter, dataset, tcfg, resume=resume, progress=progress)

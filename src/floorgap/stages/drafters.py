@@ -21,9 +21,10 @@ it, which would defeat resumption.)
 Features. The drafter sees the committed prefix (context without its last token, the committed
 token) through the target's tap layers. Every context of the record is a prefix of one stored
 sequence and the target is causal, so one forward per sequence gives the features of all its
-blocks; they are computed once, before the first epoch, and held in memory as float32
-(``sum of sequence lengths * n_taps * hidden`` floats). A run that has nothing left to train
-skips this.
+blocks. A record written with ``training_data.store_features`` holds them at the config's taps
+(from the forward that gave its targets); otherwise they are computed once, before the first
+epoch. Either way they are held in memory in the training precision (``sum of sequence lengths
+* n_taps * hidden`` values). A run that has nothing left to train skips this.
 
 Data parallel. With ``train.processes > 1`` the command re-executes itself under ``torchrun
 --nproc_per_node=processes``; every rank loads the target and computes the features, ranks
