@@ -52,9 +52,10 @@ from typing import Any
 import torch
 
 from floorgap.errors import StageError
+from floorgap.models.targets import mixed_precision
 from floorgap.progress import Timer, iter_batches, progress
 from floorgap.sampling import SamplingLaw
-from floorgap.seeds import derive_seed, generator_for
+from floorgap.seeds import derive_seed
 
 log = logging.getLogger("floorgap.drafter_data")
 
@@ -234,19 +235,6 @@ def _training_prompts(dom: Mapping[str, Any], st: _Settings, excluded: Mapping[s
     return prompts, sel
 
 
-def _precision(model: Any, autocast: str | None) -> Any:
-    """Mixed precision for generating the training responses (``training_data.autocast``).
-
-    Only the contexts are drawn this way; the stored targets always come from a forward in the
-    target's own dtype, so they are the evaluation law's distributions at those contexts."""
-    import contextlib
-
-    if not autocast:
-        return contextlib.nullcontext()
-    device = next(model.parameters()).device
-    return torch.autocast(device.type, dtype=getattr(torch, autocast))
-
-
 def _responses(model: Any, prompts: list[Any], formatted: Mapping[str, list[int]],
                st: _Settings, name: str, record: _Record) -> tuple[dict[int, list[int]], int]:
     """The target's response to each prompt under the training data's law (batched, shortest
@@ -259,7 +247,9 @@ def _responses(model: Any, prompts: list[Any], formatted: Mapping[str, list[int]
     with progress(total=len(prompts), desc=f"drafter data {name}", unit="prompt") as bar:
         for idx in iter_batches(order, st.batch_size):
             timer = Timer()
-            with _precision(model, st.autocast):
+            # only the contexts are drawn in mixed precision: the stored targets come from a
+            # forward in the target's own dtype (the evaluation law's distributions)
+            with mixed_precision(next(model.parameters()).device.type, st.autocast):
                 out = generate_batch(model, [formatted[prompts[i].prompt_id] for i in idx],
                                      [response_seed(st.seed, prompts[i].prompt_id) for i in idx],
                                      law=st.law, max_new_tokens=st.max_new,

@@ -15,7 +15,6 @@ afresh.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -145,6 +144,7 @@ class BlockExamples:
 
         from floorgap.data.drafter_data import sequence
         from floorgap.models.drafters import target_features
+        from floorgap.models.targets import mixed_precision
         from floorgap.progress import Timer
 
         if self.features is not None:
@@ -160,9 +160,7 @@ class BlockExamples:
             return timer.seconds
         device = next(self.target.parameters()).device
         feats = {}
-        ctx = (torch.autocast(device.type, dtype=dtype) if dtype is not None
-               else contextlib.nullcontext())
-        with torch.no_grad(), ctx:
+        with torch.no_grad(), mixed_precision(device.type, dtype):
             for s in self.sequences:
                 ids = sequence(self.data, s)[None].to(device)
                 f = target_features(self.target, ids, torch.ones_like(ids), self.taps)

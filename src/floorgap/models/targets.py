@@ -60,6 +60,16 @@ def torch_dtype(name: str | torch.dtype) -> torch.dtype:
         raise StageError(f"unknown dtype {name!r}; use one of {sorted(DTYPES)}") from None
 
 
+def mixed_precision(device_type: str, dtype: str | torch.dtype | None) -> Any:
+    """``torch.autocast`` to ``dtype`` on ``device_type``, or a null context when ``dtype`` is
+    unset (the config's ``autocast`` keys: the model then runs in its own dtype)."""
+    import contextlib
+
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, dtype=torch_dtype(dtype))
+
+
 # ---------------------------------------------------------------------------------------------
 # Files inside installed distributions
 

@@ -33,7 +33,6 @@ reduction order. Only rank 0 writes checkpoints and logs. Run under ``torchrun``
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import hashlib
 import importlib
@@ -65,6 +64,7 @@ from floorgap.models.checkpoints import (
     trainable_layout,
     trainable_state,
 )
+from floorgap.models.targets import mixed_precision
 from floorgap.records import atomic_path
 from floorgap.seeds import derive_seed
 
@@ -615,9 +615,7 @@ def _train_step(run: _Run, epoch: int, step: int, idx: torch.Tensor, local: torc
                                   renormalize=cfg.renormalize_topk)["target_probs"]
     extra = {"feature_index": batch["feature_index"]} if "feature_index" in batch else {}
     amp_dtype = run.amp_dtype
-    ctx = (torch.autocast(run.device.type, dtype=amp_dtype) if amp_dtype is not None
-           else contextlib.nullcontext())
-    with ctx:
+    with mixed_precision(run.device.type, amp_dtype):
         out = run.wrapped(batch["features"], batch["committed"], batch["block_tokens"],
                           prefix_mask=batch["prefix_mask"], **extra)
         loss, parts = run.core.loss(out, targets, batch["block_tokens"])
