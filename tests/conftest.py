@@ -17,12 +17,15 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE_CONFIG = REPO / "workflow" / "configs" / "smoke.yaml"
+SERVING_PYTHON = REPO / ".venv-serving" / "bin" / "python"
 
 
 def snakemake_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a workflow run: PATH without this environment's bin folder (the
     workflow itself must make its jobs find the `floorgap` command), plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    # runs in scratch folders serve from the repository's engine environment
+    env.setdefault("FLOORGAP_SERVING_PYTHON", str(SERVING_PYTHON))
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != bin_dir)
     return {**env, **(extra or {})}

@@ -33,6 +33,8 @@ def rename_drafters(cfg: dict, names: dict[str, str]) -> dict:
     drafters["trajectory"] = [names.get(v, v) for v in drafters["trajectory"]]
     budget = drafters.get("budget", {})
     budget["variants"] = [names.get(v, v) for v in budget.get("variants", [])]
+    if "serving" in cfg:
+        cfg["serving"]["systems"] = [names.get(v, v) for v in cfg["serving"]["systems"]]
     return cfg
 
 

@@ -313,6 +313,46 @@ class WorkflowSpec:
         return {"target": target, "drafter": name, "entry": self.variant_entry(name),
                 "level": self.config["analysis"]["level"]}
 
+    # ---------------------------------------------------------------- serving (Sec. 4, H.3)
+
+    @property
+    def serving(self) -> dict[str, Any] | None:
+        """The serving section, or None when the config has none (no serving stages)."""
+        return self.config.get("serving")
+
+    def serving_system(self, name: str) -> dict[str, Any]:
+        """A served system: ``ar`` (no drafter), ``target`` (the target drafting for itself) or
+        a drafter variant with its kind and the export format the engine loads."""
+        if name == "ar":
+            return {"name": name, "kind": None, "format": None}
+        if name == "target":
+            return {"name": name, "kind": "target", "format": None}
+        kind = variant_kind(self.variant_entry(name), f"serving.systems {name}")
+        return {"name": name, "kind": kind, "format": kind}
+
+    def serving_port(self, name: str) -> int:
+        """System i of serving.systems listens on port + i (jobs may run side by side)."""
+        serving = self.serving or {}
+        return int(serving.get("port", 8011)) + list(serving["systems"]).index(name)
+
+    def serving_rows_spec(self, target: str) -> dict[str, Any]:
+        serving = self.serving or {}
+        return {"target": self.target(target), "tasks": serving["tasks"], "seed":
+                self.config["seed"], "max_prompt_tokens": self.config["corpus"]["max_prompt_tokens"]}
+
+    def serving_spec(self, target: str, system: str) -> dict[str, Any]:
+        serving = dict(self.serving or {})
+        serving.update(port=self.serving_port(system),
+                       max_model_len=int(serving.get("max_model_len", 4096)))
+        return {"target": self.target(target), "system": self.serving_system(system),
+                "serving": {k: v for k, v in serving.items() if k not in ("systems", "tasks")},
+                "gamma": self.config["anchors"]["gamma"], "seed": self.config["seed"]}
+
+    def serving_summary_spec(self, target: str) -> dict[str, Any]:
+        return {"target": self.target(target), "tasks": list((self.serving or {})["tasks"]),
+                "bootstrap": self.config["analysis"]["bootstrap"],
+                "level": self.config["analysis"]["level"], "seed": self.config["seed"]}
+
     def decomposition_files(self, target: str) -> list[str]:
         """The decomposition stage's outputs of every drafter of the decompose section."""
         return [f"results/{target}/decomposition/{name}.{ext}" for name in self.decompose
@@ -386,11 +426,43 @@ def check_consistency(spec: WorkflowSpec) -> None:
             raise ConfigError(f"drafters.roles.{role} is {name!r}, which is not one of "
                               f"drafters.variants ({', '.join(spec.variants)}); name the variant "
                               "that plays this role")
+    _check_serving(spec)
     order0 = variant_kind(cfg["drafters"]["variants"][spec.roles["order0"]],
                           f"drafters.variants.{spec.roles['order0']}")
     if order0 != "dflash":
         raise ConfigError(f"drafters.roles.order0 {spec.roles['order0']!r} is a {order0} drafter; "
                           "the order-0 baseline must be of kind dflash (q_k depends on X only)")
+
+
+def _check_serving(spec: WorkflowSpec) -> None:
+    """Served systems are `ar`, `target` or drafter variants of an engine kind, with AR there
+    (every speedup is against it); SGLang needs CUDA targets."""
+    serving = spec.config.get("serving")
+    if not serving:
+        return
+    systems = list(serving["systems"])
+    if "ar" not in systems:
+        raise ConfigError("serving.systems has no `ar`: every speedup is against AR decoding "
+                          "on the same engine; add `ar`")
+    for name in systems:
+        if name in ("ar", "target"):
+            continue
+        if name not in spec.variants:
+            raise ConfigError(f"serving.systems names {name!r}, which is neither `ar`, `target` "
+                              f"nor one of drafters.variants ({', '.join(spec.variants)})")
+        kind = variant_kind(spec.config["drafters"]["variants"][name],
+                            f"drafters.variants.{name}")
+        entry = spec.config["drafters"]["variants"][name]
+        if kind not in ("dflash", "dspark") or entry.get("short_conv") or \
+                entry.get("slot_embeddings"):
+            raise ConfigError(f"serving.systems {name!r} is a {kind} drafter"
+                              f"{' with short convolutions or slot embeddings' if kind in ('dflash', 'dspark') else ''}"
+                              ", which no engine has a module for; serve dflash or dspark drafters")
+    if serving["engine"] == "sglang":
+        cpu = [t for t in spec.targets if not spec.config["targets"][t]["device"].startswith("cuda")]
+        if cpu:
+            raise ConfigError(f"serving.engine sglang runs on CUDA only, but targets {cpu} are on "
+                              "CPU; use serving.engine: vllm")
 
 
 def _check_names(spec: WorkflowSpec) -> None:

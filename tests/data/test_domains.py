@@ -26,7 +26,8 @@ from floorgap.seeds import derive_seed
 
 SEED = 20260818
 MIN_ROWS = {"gsm8k": 100, "mbpp": 164, "alpaca": 805, "arena-hard": 750, "mt-bench": 80,
-            "math": 270}
+            "math": 270, "math-500": 270, "aime25": 270, "humaneval": 164,
+            "livecodebench": 164}
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,8 @@ def loaded():
 
 def test_registry_roles():
     assert FLOOR_DOMAINS == ("gsm8k", "mbpp", "alpaca", "arena-hard")
-    assert SERVING_DOMAINS == ("mt-bench", "math")
+    assert SERVING_DOMAINS == ("mt-bench", "math", "math-500", "aime25", "humaneval",
+                               "livecodebench")
     for d in DOMAINS.values():
         assert d.source.startswith("package:") and d.shipped is not None
         assert d.hf_source.startswith("hf:")
@@ -79,6 +81,9 @@ def test_seeds_deterministic_and_keyed_by_base_seed(loaded):
 def test_stand_in_labels(loaded):
     assert loaded["mbpp"].stand_in_for == "MBPP"
     assert loaded["math"].stand_in_for == "MATH-500/AIME"
+    assert loaded["math-500"].stand_in_for == "MATH-500"
+    assert loaded["livecodebench"].stand_in_for == "LiveCodeBench"
+    assert loaded["mbpp"].stand_in_for == "MBPP" and loaded["humaneval"].stand_in_for is None
     for name in ("gsm8k", "alpaca", "arena-hard", "mt-bench"):
         assert loaded[name].stand_in_for is None
     assert all(p.stand_in_for == "MBPP" for p in loaded["mbpp"].prompts)

@@ -238,6 +238,7 @@ def test_renamed_drafters_build_every_item(smoke_run: Path, tmp_path: Path) -> N
         d["roles"] = {r: names[v] for r, v in d["roles"].items()}
         d["trajectory"] = [names[v] for v in d["trajectory"]]
         d["budget"]["variants"] = [names[v] for v in d["budget"]["variants"]]
+        c["serving"]["systems"] = [names.get(v, v) for v in c["serving"]["systems"]]
 
     cfg = _write_config(tmp_path / "renamed.yaml", rename)
     work = tmp_path / "work"

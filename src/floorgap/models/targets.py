@@ -423,6 +423,14 @@ def read_model_info(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def load_tokenizer(model_dir: str | os.PathLike[str]) -> Any:
+    """The tokenizer of a materialised target (no model weights are read)."""
+    from transformers import AutoTokenizer
+
+    read_model_info(model_dir)
+    return AutoTokenizer.from_pretrained(str(model_dir))
+
+
 def load_target(model_dir: str | os.PathLike[str], dtype: str | torch.dtype = "float32",
                 device: str | torch.device = "cpu") -> tuple[Any, Any]:
     """Load a materialised target for probing: ``(model, tokenizer)``.

@@ -23,8 +23,9 @@ from floorgap.errors import StageError
 
 #: What an item reads, by the analysis table that feeds it (the primary target's):
 #: ``floors`` floors/summary.parquet; ``gaps`` gaps/summary.parquet; ``gaps_trajectory`` and
-#: ``gaps_components`` the other two gaps summaries; ``mi`` one mi/<domain>.parquet per domain.
-READS = ("floors", "gaps", "gaps_trajectory", "gaps_components", "gaps_budget", "mi")
+#: ``gaps_components`` the other two gaps summaries; ``mi`` one mi/<domain>.parquet per domain;
+#: ``serving`` serving_summary/summary.parquet.
+READS = ("floors", "gaps", "gaps_trajectory", "gaps_components", "gaps_budget", "mi", "serving")
 
 Item = Callable[[Mapping[str, Path], Mapping[str, Any], Path], dict[str, str]]
 
@@ -99,6 +100,9 @@ ITEMS: tuple[ReportItem, ...] = (
     _row("tableF6_sweeps", "table", "gaps", "Gaps", "gap_items"),
     _row("figE_drafter_learning", "figure", "gaps_budget", "Gaps", "budget_items"),
     _row("tableE_drafter_budget", "table", "gaps_budget", "Gaps", "budget_items"),
+    _row("table1_serving", "table", "serving", "Serving", "serving_items"),
+    _row("table9_serving_per_task", "table", "serving", "Serving", "serving_items"),
+    _row("table11_concurrency", "table", "serving", "Serving", "serving_items"),
 )
 
 

@@ -1,0 +1,144 @@
+"""Served request records -> the serving summary (paper Table 1, App. H.3 Table 9, H.4 Table 11).
+
+Reads the serving stage's records of every system of one target (AR decoding and the drafters)
+and writes one long table, a row per statistic x system x task x temperature x concurrency:
+
+* ``tau``: accepted length sum verified tokens / sum verify steps
+  (:func:`floorgap.estimators.served.accepted_length_by_task`); concurrency ``0`` is the mean
+  over the concurrency levels (the paper's per-task tau), task ``macro`` the equal task mean;
+* ``speedup``: throughput against AR at the same temperature and concurrency, throughput being a
+  task run's completion tokens over its client-side wall time
+  (:func:`floorgap.estimators.served.speedup_by_task`); task ``macro`` the equal mean of the
+  task ratios; the "sequential" speedup of Tables 1 and 9 is the concurrency-1 row;
+* ``rows``: the rows per task (``estimate``), for the tables.
+
+Intervals: bootstrap over rows stratified by task, one draw shared by every system, temperature
+and concurrency (paired). The records must cover the same rows for every system and setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from floorgap.errors import StageError
+from floorgap.estimators.served import (
+    ServedEstimate,
+    accepted_length_by_task,
+    group_cells,
+    run_time_shares,
+    served_macro,
+    speedup_by_task,
+    task_row_counts,
+)
+
+AR = "ar"
+REQUEST_COLUMNS = ("system", "task", "row_id", "temperature", "concurrency", "completion_tokens",
+                   "verify_steps", "verified_tokens", "latency_s")
+RUN_COLUMNS = ("system", "task", "temperature", "concurrency", "wall_s")
+
+
+def load_served(request_files: Sequence[str | Path], run_files: Sequence[str | Path]
+                ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every system's request and run records, checked for their columns."""
+    from floorgap.records import read_table
+
+    def read(files: Sequence[str | Path], columns: Sequence[str], kind: str) -> pd.DataFrame:
+        frames = []
+        for f in files:
+            df = read_table(f)
+            missing = [c for c in columns if c not in df.columns]
+            if missing:
+                raise StageError(f"{f}: not a serving {kind} record (missing {missing})")
+            frames.append(df)
+        if not frames:
+            raise StageError(f"no serving {kind} records given")
+        return pd.concat(frames, ignore_index=True)
+
+    return (read(request_files, REQUEST_COLUMNS, "request"),
+            read(run_files, RUN_COLUMNS, "run"))
+
+
+def _cells(requests: pd.DataFrame) -> list[tuple[str, float, int]]:
+    keys = requests[["system", "temperature", "concurrency"]].drop_duplicates()
+    return sorted((str(s), float(t), int(c)) for s, t, c in keys.itertuples(index=False))
+
+
+def _arrays(requests: pd.DataFrame, runs: pd.DataFrame, tasks: list[str],
+            cells: list[tuple[str, float, int]]) -> dict[str, list[torch.Tensor]]:
+    """Per task, [cells, rows] arrays of the request columns, rows in one shared order."""
+    out: dict[str, list[torch.Tensor]] = {k: [] for k in
+                                          ("completion", "verify", "verified", "share")}
+    for task in tasks:
+        sub = requests[requests["task"] == task]
+        row_ids = sorted(sub["row_id"].unique())
+        cols: dict[str, list[list[float]]] = {k: [] for k in out}
+        for system, temp, conc in cells:
+            cell = sub[(sub["system"] == system) & (sub["temperature"] == temp)
+                       & (sub["concurrency"] == conc)].set_index("row_id")
+            if sorted(cell.index) != row_ids or cell.index.duplicated().any():
+                raise StageError(f"task {task}: system {system} at T={temp:g}, C={conc} did not "
+                                 "serve exactly the rows the other systems served")
+            cell = cell.loc[row_ids]
+            run = runs[(runs["system"] == system) & (runs["task"] == task)
+                       & (runs["temperature"] == temp) & (runs["concurrency"] == conc)]
+            if len(run) != 1:
+                raise StageError(f"task {task}: {len(run)} run records for system {system} at "
+                                 f"T={temp:g}, C={conc}; expected one")
+            cols["completion"].append(cell["completion_tokens"].astype(float).tolist())
+            cols["verify"].append(cell["verify_steps"].astype(float).tolist())
+            cols["verified"].append(cell["verified_tokens"].astype(float).tolist())
+            share = run_time_shares(torch.tensor([float(run["wall_s"].iloc[0])]),
+                                    torch.tensor([cell["latency_s"].astype(float).tolist()]))
+            cols["share"].append(share[0].tolist())
+        for k in out:
+            out[k].append(torch.tensor(cols[k], dtype=torch.float64))
+    return out
+
+
+def _emit(rows: list[dict[str, Any]], statistic: str, est: ServedEstimate, tasks: list[str],
+          labels: list[tuple[str, float, int]]) -> None:
+    for d, task in enumerate(tasks):
+        for c, (system, temp, conc) in enumerate(labels):
+            rows.append({"statistic": statistic, "system": system, "task": task,
+                         "temperature": temp, "concurrency": conc,
+                         "estimate": float(est.estimate[d, c]), "lower": float(est.lower[d, c]),
+                         "upper": float(est.upper[d, c])})
+
+
+def summarise_serving(requests: pd.DataFrame, runs: pd.DataFrame, *, n_boot: int, level: float,
+                      seed: int, task_order: Sequence[str] | None = None) -> pd.DataFrame:
+    """The serving summary (module docstring)."""
+    present = list(dict.fromkeys(requests["task"]))
+    tasks = [t for t in (task_order or present) if t in set(present)] + \
+        [t for t in present if t not in set(task_order or present)]
+    cells = _cells(requests)
+    if not any(s == AR for s, _, _ in cells):
+        raise StageError("the serving records hold no AR run: speedups need the `ar` system")
+    arr = _arrays(requests, runs, tasks, cells)
+    counts = task_row_counts([a.shape[1] for a in arr["completion"]], tasks, n_boot, seed)
+    tau = accepted_length_by_task(arr["verified"], arr["verify"], counts, level)
+    index = {cell: i for i, cell in enumerate(cells)}
+    baseline = [index[(AR, t, c)] for _, t, c in cells]
+    speed = speedup_by_task(arr["completion"], arr["share"], baseline, counts, level)
+    rows: list[dict[str, Any]] = []
+    _emit(rows, "tau", tau, tasks, cells)
+    _emit(rows, "speedup", speed, tasks, cells)
+    _emit(rows, "tau", served_macro(tau), ["macro"], cells)
+    _emit(rows, "speedup", served_macro(speed), ["macro"], cells)
+    # the paper's per-task tau: the mean over concurrency levels (labelled concurrency 0)
+    groups: dict[tuple[str, float], list[int]] = {}
+    for i, (system, temp, _) in enumerate(cells):
+        groups.setdefault((system, temp), []).append(i)
+    glabels = [(s, t, 0) for s, t in groups]
+    _emit(rows, "tau", group_cells(tau, list(groups.values())), tasks, glabels)
+    _emit(rows, "tau", served_macro(tau, groups=list(groups.values())), ["macro"], glabels)
+    for d, task in enumerate(tasks):
+        n = float(arr["completion"][d].shape[1])
+        rows.append({"statistic": "rows", "system": "", "task": task, "temperature": 0.0,
+                     "concurrency": 0, "estimate": n, "lower": n, "upper": n})
+    return pd.DataFrame(rows)

@@ -1,0 +1,342 @@
+"""Serving a target with a drafter in a real engine, and the client that measures it (paper
+Sec. 4, App. H.3-H.4).
+
+The engine runs as its own process (its own Python environment when its pins clash with the
+project's) behind its OpenAI-compatible HTTP server; this module starts it, waits until it is
+healthy, sends the benchmark rows at a fixed concurrency and stops it. One client and one
+accounting serve every engine:
+
+* **vLLM** (CPU or CUDA): ``python -m vllm.entrypoints.openai.api_server`` with
+  ``--speculative-config {"method": "dflash"|"dspark"|"draft_model", "model": DIR,
+  "num_speculative_tokens": gamma}`` and per-request spec-decode metrics; each response's final
+  usage chunk carries ``metrics.speculative_decoding`` (``num_spec_steps``,
+  ``num_accepted_draft_tokens``, ``num_draft_tokens``, ``acceptance_histogram``).
+* **SGLang** (CUDA only): ``python -m sglang.launch_server`` with ``--speculative-algorithm
+  DFLASH|DSPARK`` and ``SGLANG_RAGGED_VERIFY_MODE=static`` (every drafted token verified, no
+  confidence-based early stop); the per-request counts come from ``meta_info``
+  (``spec_verify_ct``, ``completion_tokens``) of its native ``/generate`` endpoint.
+
+Prompts are sent as token ids (the target's chat template applied by the caller), so every
+system sees exactly the same input. A request's ``verify_steps`` are its verification rounds and
+``verified_tokens`` the tokens those rounds returned (accepted drafts plus one each), so
+tau = verified_tokens / verify_steps is the engine's accepted length: vLLM counts its
+speculative steps and accepted drafts (the first token, from prefill, is in neither); SGLang
+counts ``spec_verify_ct`` against its ``completion_tokens``. For AR both are the completion
+tokens (tau = 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from floorgap.errors import StageError
+
+log = logging.getLogger("floorgap.serving")
+
+ENGINES = ("vllm", "sglang")
+# speculative methods by drafter kind, per engine (AR decoding has none)
+VLLM_METHODS = {"dflash": "dflash", "dspark": "dspark", "target": "draft_model"}
+SGLANG_ALGORITHMS = {"dflash": "DFLASH", "dspark": "DSPARK"}
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One engine process: the target folder, the drafter (``kind`` None for AR decoding) and
+    how to run it. ``python`` is the interpreter of the engine's environment."""
+
+    engine: str
+    python: str
+    target_dir: str
+    dtype: str
+    device: str
+    gamma: int
+    kind: str | None = None          # dflash | dspark | target (the target drafting itself)
+    drafter_dir: str | None = None
+    port: int = 8000
+    max_model_len: int = 4096
+    startup_timeout_s: float = 900.0
+    extra_args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise StageError(f"unknown serving engine {self.engine!r}; use one of {ENGINES}")
+        methods = VLLM_METHODS if self.engine == "vllm" else SGLANG_ALGORITHMS
+        if self.kind is not None and self.kind not in methods:
+            raise StageError(f"{self.engine} cannot serve a {self.kind!r} drafter; it serves "
+                             f"{sorted(methods)}")
+        if self.engine == "sglang" and not self.device.startswith("cuda"):
+            raise StageError("SGLang runs DFLASH/DSPARK on CUDA only: set serving.engine: vllm "
+                             "for a CPU target")
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def engine_command(spec: EngineSpec) -> tuple[list[str], dict[str, str]]:
+    """The engine's server command line and the environment variables it needs."""
+    env: dict[str, str] = {}
+    if spec.engine == "vllm":
+        cmd = [spec.python, "-m", "vllm.entrypoints.openai.api_server", "--model",
+               spec.target_dir, "--dtype", spec.dtype, "--port", str(spec.port),
+               "--host", "127.0.0.1", "--max-model-len", str(spec.max_model_len),
+               "--seed", "0", "--enable-per-request-metrics"]
+        if not spec.device.startswith("cuda"):
+            # CPU: no compile warm-up (Triton-CPU is absent) and a share of node memory
+            cmd += ["--enforce-eager", "--gpu-memory-utilization", "0.25"]
+        if spec.kind is not None:
+            model = spec.target_dir if spec.kind == "target" else spec.drafter_dir
+            # probabilistic: the draft token is sampled from q and q enters the acceptance
+            # test, as the evaluation probe scores it (vLLM's default drafts the argmax)
+            cfg = {"method": VLLM_METHODS[spec.kind], "model": model,
+                   "num_speculative_tokens": int(spec.gamma),
+                   "draft_sample_method": "probabilistic"}
+            cmd += ["--speculative-config", json.dumps(cfg),
+                    "--per-request-spec-decode-metrics", "summary"]
+    else:
+        cmd = [spec.python, "-m", "sglang.launch_server", "--model-path", spec.target_dir,
+               "--dtype", spec.dtype, "--port", str(spec.port), "--host", "127.0.0.1",
+               "--context-length", str(spec.max_model_len), "--random-seed", "0"]
+        if spec.kind is not None:
+            cmd += ["--speculative-algorithm", SGLANG_ALGORITHMS[spec.kind],
+                    "--speculative-draft-model-path", str(spec.drafter_dir)]
+            if spec.kind == "dspark":
+                cmd += ["--speculative-dspark-block-size", str(spec.gamma)]
+            else:
+                cmd += ["--speculative-num-draft-tokens", str(spec.gamma + 1)]
+            env["SGLANG_RAGGED_VERIFY_MODE"] = "static"
+    return cmd + list(spec.extra_args), env
+
+
+def _get(url: str, timeout: float) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return int(resp.status)
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return 0
+
+
+@contextlib.contextmanager
+def running_engine(spec: EngineSpec, log_path: str | Path) -> Iterator[str]:
+    """Start the engine's server (output to ``log_path``), wait for ``/health``, yield its base
+    URL, and stop it (its whole process group) on exit, whatever happened. A server that exits
+    or does not become healthy within ``startup_timeout_s`` is a StageError naming the log."""
+    cmd, extra_env = engine_command(spec)
+    env = {**os.environ, **extra_env}
+    log.info("starting %s: %s", spec.engine, " ".join(cmd))
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    try:
+        start = time.monotonic()
+        while _get(f"{spec.base_url}/health", 5.0) != 200:
+            if proc.poll() is not None:
+                raise StageError(f"the {spec.engine} server exited with status {proc.returncode}"
+                                 f" before it was healthy; see {log_path}")
+            if time.monotonic() - start > spec.startup_timeout_s:
+                raise StageError(f"the {spec.engine} server was not healthy after "
+                                 f"{spec.startup_timeout_s:.0f} s; see {log_path}")
+            time.sleep(1.0)
+        log.info("%s healthy after %.1f s", spec.engine, time.monotonic() - start)
+        yield spec.base_url
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+@dataclass(frozen=True)
+class ServingRow:
+    """One benchmark row: its task, prompt id and the prompt's token ids."""
+
+    task: str
+    row_id: str
+    prompt_ids: tuple[int, ...]
+
+
+@dataclass
+class ServedRequest:
+    """One request as the engine served it (record ``serving/requests``)."""
+
+    target: str
+    system: str                  # "ar" or the drafter's name
+    engine: str
+    task: str
+    row_id: str
+    temperature: float
+    concurrency: int
+    seed: int
+    prompt_tokens: int
+    completion_tokens: int
+    verify_steps: int            # verification rounds (AR: one per token)
+    verified_tokens: int         # tokens those rounds returned: accepted drafts + 1 per round
+    accepted_drafts: int         # drafted tokens accepted (0 for AR)
+    draft_tokens: int            # drafted tokens verified (0 for AR)
+    latency_s: float             # send to last byte
+    ttft_s: float                # send to first generated token
+    finish_reason: str
+    token_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class ServedRun:
+    """One client-side run: every row of a task at one temperature and concurrency."""
+
+    target: str
+    system: str
+    engine: str
+    task: str
+    temperature: float
+    concurrency: int
+    requests: int
+    completion_tokens: int
+    wall_s: float
+
+
+def _sse_events(resp: Any) -> Iterator[dict[str, Any]]:
+    for raw in resp:
+        line = raw.decode("utf-8").strip()
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        yield json.loads(data)
+
+
+def _post(url: str, body: Mapping[str, Any], timeout: float) -> Any:
+    req = urllib.request.Request(url, data=json.dumps(body).encode("utf-8"),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        return urllib.request.urlopen(req, timeout=timeout)
+    except urllib.error.HTTPError as e:
+        detail = e.read().decode("utf-8", "replace")[:500]
+        raise StageError(f"{url}: HTTP {e.code}: {detail}") from None
+
+
+def _vllm_request(base_url: str, row: ServingRow, temperature: float, seed: int,
+                  max_tokens: int, timeout: float) -> dict[str, Any]:
+    """One streamed completion from vLLM's server: token ids, TTFT, latency, spec metrics."""
+    body = {"model": None, "prompt": list(row.prompt_ids), "max_tokens": max_tokens,
+            "temperature": temperature, "top_p": 1.0, "seed": seed, "stream": True,
+            "stream_options": {"include_usage": True}, "return_token_ids": True}
+    t0 = time.perf_counter()
+    ttft, tokens, usage, metrics, finish = None, [], None, None, ""
+    with _post(f"{base_url}/v1/completions", body, timeout) as resp:
+        for event in _sse_events(resp):
+            for choice in event.get("choices") or []:
+                ids = choice.get("token_ids") or []
+                if ids and ttft is None:
+                    ttft = time.perf_counter() - t0
+                tokens += ids
+                finish = choice.get("finish_reason") or finish
+            usage = event.get("usage") or usage
+            metrics = event.get("metrics") or metrics
+    latency = time.perf_counter() - t0
+    spec = (metrics or {}).get("speculative_decoding") or {}
+    return {"tokens": tokens, "ttft": ttft if ttft is not None else latency,
+            "latency": latency, "prompt_tokens": int((usage or {}).get("prompt_tokens", 0)),
+            "completion_tokens": int((usage or {}).get("completion_tokens", len(tokens))),
+            "spec_steps": spec.get("num_spec_steps"),
+            "verified": (int(spec["num_spec_steps"]) + int(spec.get("num_accepted_draft_tokens", 0))
+                         if spec.get("num_spec_steps") is not None else None),
+            "accepted": int(spec.get("num_accepted_draft_tokens", 0)),
+            "drafted": int(spec.get("num_draft_tokens", 0)), "finish": finish}
+
+
+def _sglang_request(base_url: str, row: ServingRow, temperature: float, seed: int,
+                    max_tokens: int, timeout: float) -> dict[str, Any]:
+    """One streamed generation from SGLang's native endpoint (meta_info carries the counts)."""
+    body = {"input_ids": list(row.prompt_ids), "stream": True,
+            "sampling_params": {"max_new_tokens": max_tokens, "temperature": temperature,
+                                "top_p": 1.0, "sampling_seed": seed}}
+    t0 = time.perf_counter()
+    ttft, meta, tokens, finish = None, {}, [], ""
+    with _post(f"{base_url}/generate", body, timeout) as resp:
+        for event in _sse_events(resp):
+            ids = event.get("output_ids") or []
+            if ids and ttft is None:
+                ttft = time.perf_counter() - t0
+            tokens = list(ids) if ids else tokens
+            meta = event.get("meta_info") or meta
+    latency = time.perf_counter() - t0
+    fr = meta.get("finish_reason")
+    finish = fr.get("type", "") if isinstance(fr, dict) else str(fr or finish)
+    completion = int(meta.get("completion_tokens", len(tokens)))
+    verify = meta.get("spec_verify_ct")
+    return {"tokens": tokens, "ttft": ttft if ttft is not None else latency, "latency": latency,
+            "prompt_tokens": int(meta.get("prompt_tokens", len(row.prompt_ids))),
+            "completion_tokens": completion, "spec_steps": verify, "verified": completion,
+            "accepted": int(meta.get("spec_accept_token_num", 0) or 0),
+            "drafted": int(meta.get("spec_draft_token_num", 0) or 0), "finish": finish}
+
+
+def serve_run(spec: EngineSpec, *, target: str, system: str, task: str,
+              rows: Sequence[ServingRow], temperature: float, concurrency: int,
+              seeds: Sequence[int], max_tokens: int, timeout_s: float = 3600.0
+              ) -> tuple[list[ServedRequest], ServedRun]:
+    """Send ``rows`` to a running engine with at most ``concurrency`` requests in flight and
+    time the whole run (client side). Requests keep the rows' order in the result."""
+    send = _vllm_request if spec.engine == "vllm" else _sglang_request
+    lock = threading.Lock()
+    results: dict[int, dict[str, Any]] = {}
+
+    def one(i: int) -> None:
+        out = send(spec.base_url, rows[i], temperature, int(seeds[i]), max_tokens, timeout_s)
+        with lock:
+            results[i] = out
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(1, int(concurrency))) as pool:
+        for fut in [pool.submit(one, i) for i in range(len(rows))]:
+            fut.result()
+    wall = time.perf_counter() - t0
+    requests = []
+    for i, row in enumerate(rows):
+        r = results[i]
+        drafting = spec.kind is not None
+        steps = r["spec_steps"]
+        if drafting and steps is None:
+            raise StageError(f"{spec.engine} returned no speculative-decoding counts for "
+                             f"{row.row_id}: start the server with per-request spec-decode "
+                             "metrics (vLLM) or a speculative algorithm (SGLang)")
+        requests.append(ServedRequest(
+            target=target, system=system, engine=spec.engine, task=task, row_id=row.row_id,
+            temperature=float(temperature), concurrency=int(concurrency), seed=int(seeds[i]),
+            prompt_tokens=r["prompt_tokens"] or len(row.prompt_ids),
+            completion_tokens=r["completion_tokens"],
+            verify_steps=int(steps) if drafting else r["completion_tokens"],
+            verified_tokens=int(r["verified"]) if drafting else r["completion_tokens"],
+            accepted_drafts=r["accepted"], draft_tokens=r["drafted"], latency_s=r["latency"],
+            ttft_s=r["ttft"], finish_reason=r["finish"], token_ids=list(r["tokens"])))
+    run = ServedRun(target=target, system=system, engine=spec.engine, task=task,
+                    temperature=float(temperature), concurrency=int(concurrency),
+                    requests=len(rows), completion_tokens=sum(q.completion_tokens
+                                                              for q in requests),
+                    wall_s=wall)
+    return requests, run

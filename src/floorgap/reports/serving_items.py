@@ -1,0 +1,156 @@
+"""Paper items of the serving benchmark: Table 1, Table 9 (App. H.3) and Table 11 (App. H.4).
+
+All read ``results/<target>/serving_summary/summary.parquet`` (floorgap.analysis.serving):
+``tau`` and ``speedup`` by system, task, temperature and concurrency (concurrency 0: tau
+averaged over the concurrency levels; task ``macro``: the equal task mean). Table 1 and Table 9
+show tau averaged over concurrency and the *sequential* speedup (concurrency 1, or the lowest
+level served); Table 11 every concurrency. On a CPU engine the speedups are CPU numbers, not
+comparable to the paper's H100 ones, and the tables say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from floorgap.records import read_metadata, read_table
+from floorgap.reports.common import fmt, fmt_interval, macro_name, write_table
+
+__all__ = ["table1_serving", "table9_serving_per_task", "table11_concurrency"]
+
+AR = "ar"
+
+
+class ServingSummary:
+    """Lookups into the serving summary."""
+
+    def __init__(self, path: Path) -> None:
+        self.df = read_table(path)
+        self.meta = read_metadata(path)
+        need = {"statistic", "system", "task", "temperature", "concurrency", "estimate"}
+        if not need <= set(self.df.columns):
+            raise ValueError(f"{path}: not a serving summary (columns {sorted(self.df.columns)})")
+        stats = self.df[self.df["statistic"] != "rows"]
+        self.systems = [s for s in dict.fromkeys(stats["system"]) if s != AR]
+        self.temperatures = sorted(set(stats["temperature"].astype(float)))
+        self.levels = sorted(c for c in set(stats["concurrency"].astype(int)) if c > 0)
+        self.tasks = [t for t in dict.fromkeys(stats["task"]) if t != "macro"]
+        if not self.systems:
+            raise ValueError(f"{path}: no drafter was served (only AR)")
+
+    @property
+    def cpu(self) -> bool:
+        return not str(self.meta.get("device", "cpu")).startswith("cuda")
+
+    def row(self, stat: str, system: str, task: str, temp: float, conc: int) -> pd.Series:
+        df = self.df
+        hit = df[(df["statistic"] == stat) & (df["system"] == system) & (df["task"] == task)
+                 & (df["temperature"] == temp) & (df["concurrency"] == conc)]
+        if len(hit) != 1:
+            raise ValueError(f"serving summary: {len(hit)} rows for {stat} {system} {task} "
+                             f"T={temp:g} C={conc}")
+        return hit.iloc[0]
+
+    def rows_of(self, task: str) -> int:
+        hit = self.df[(self.df["statistic"] == "rows") & (self.df["task"] == task)]
+        return int(hit["estimate"].iloc[0])
+
+
+def _x(r: pd.Series) -> str:
+    return f"{fmt(r['estimate'], 2)}$\\times$"
+
+
+def _cell_tau(r: pd.Series) -> str:
+    return fmt(r["estimate"], 3)
+
+
+def _label(name: str) -> str:
+    return name.replace("_", "\\_")
+
+
+def _long(s: ServingSummary, tasks: list[str], concs: list[int]) -> list[dict]:
+    df = s.df
+    keep = df["task"].isin(tasks) & df["concurrency"].isin(concs) & (df["statistic"] != "rows")
+    return df[keep].to_dict("records")
+
+
+def table1_serving(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                   ) -> dict[str, str]:
+    """Table 1: task-macro tau (mean over concurrency) and sequential speedup S over AR, per
+    drafter and temperature, with row-bootstrap intervals."""
+    s = ServingSummary(inputs["summary"])
+    seq = s.levels[0]
+    header = ["Drafter"]
+    for t in s.temperatures:
+        header += [f"$\\tau$ (T={t:g})", "95\\% CI", f"$S$ (T={t:g})", "95\\% CI"]
+    rows, values = [], {}
+    for system in s.systems:
+        line = [_label(system)]
+        for t in s.temperatures:
+            tau = s.row("tau", system, "macro", t, 0)
+            sp = s.row("speedup", system, "macro", t, seq)
+            line += [_cell_tau(tau), fmt_interval(tau["lower"], tau["upper"], 2), _x(sp),
+                     fmt_interval(sp["lower"], sp["upper"], 2)]
+            temp = f"t{t:g}".replace(".", "p")
+            values[macro_name("serving", system, temp, "tau")] = fmt(tau["estimate"], 2)
+            values[macro_name("serving", system, temp, "speedup")] = fmt(sp["estimate"], 2)
+        rows.append(line)
+    write_table(pd.DataFrame(_long(s, ["macro"], [0, seq])), "table1_serving", tex_dir=out_dir,
+                latex=pd.DataFrame(rows, columns=header))
+    values[macro_name("serving", "device")] = "CPU" if s.cpu else "GPU"
+    values[macro_name("serving", "rows")] = str(sum(s.rows_of(t) for t in s.tasks))
+    values[macro_name("serving", "sequential", "concurrency")] = str(seq)
+    return values
+
+
+def table9_serving_per_task(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                            ) -> dict[str, str]:
+    """Table 9: per task rows, tau (mean over concurrency) and sequential speedup of every
+    drafter at every temperature; the last row the equal task macro."""
+    s = ServingSummary(inputs["summary"])
+    seq = s.levels[0]
+    header = ["Task", "Rows"]
+    for t in s.temperatures:
+        header += [f"$\\tau$ {_label(v)} (T={t:g})" for v in s.systems]
+        header += [f"$S$ {_label(v)} (T={t:g})" for v in s.systems]
+    rows = []
+    for task in [*s.tasks, "macro"]:
+        n = sum(s.rows_of(t) for t in s.tasks) if task == "macro" else s.rows_of(task)
+        line = ["Macro" if task == "macro" else task, str(n)]
+        for t in s.temperatures:
+            line += [_cell_tau(s.row("tau", v, task, t, 0)) for v in s.systems]
+            line += [_x(s.row("speedup", v, task, t, seq)) for v in s.systems]
+        rows.append(line)
+    write_table(pd.DataFrame(_long(s, [*s.tasks, "macro"], [0, seq])), "table9_serving_per_task",
+                tex_dir=out_dir, latex=pd.DataFrame(rows, columns=header))
+    best = max(s.tasks, key=lambda task: s.row("tau", s.systems[0], task, s.temperatures[0],
+                                              0)["estimate"])
+    return {macro_name("serving", "best", "task"): best}
+
+
+def table11_concurrency(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                        ) -> dict[str, str]:
+    """Table 11: per temperature and concurrency, each drafter's task-macro speedup over AR and
+    tau; with two or more drafters, the second's throughput gain over the first."""
+    s = ServingSummary(inputs["summary"])
+    header = ["$T$", "$C$", *[f"$S$ {_label(v)}" for v in s.systems],
+              *[f"$\\tau$ {_label(v)}" for v in s.systems]]
+    pair = s.systems[:2] if len(s.systems) >= 2 else None
+    if pair:
+        header.insert(2 + len(s.systems), f"{_label(pair[1])}/{_label(pair[0])} gain")
+    rows = []
+    for t in s.temperatures:
+        for c in s.levels:
+            sp = [s.row("speedup", v, "macro", t, c) for v in s.systems]
+            line = [f"{t:g}", str(c), *[_x(r) for r in sp]]
+            if pair:
+                gain = sp[1]["estimate"] / sp[0]["estimate"] - 1
+                line.append(f"${gain * 100:+.2f}\\%$")
+            line += [_cell_tau(s.row("tau", v, "macro", t, c)) for v in s.systems]
+            rows.append(line)
+    write_table(pd.DataFrame(_long(s, ["macro"], s.levels)), "table11_concurrency",
+                tex_dir=out_dir, latex=pd.DataFrame(rows, columns=header))
+    return {macro_name("serving", "levels"): ", ".join(map(str, s.levels))}

@@ -1,0 +1,117 @@
+"""``floorgap serving --spec JSON --model-dir DIR --rows ROWS.parquet [--drafter-dir DIR]
+--out-requests R.parquet --out-runs U.parquet --engine-log LOG``
+
+One system of one target served in a real engine (see floorgap.probes.serving): AR decoding
+(``kind`` null) or a drafter exported in the engine's layout (``--drafter-dir``), or the target
+drafting for itself (``kind: target``, a check: tau = gamma + 1 at temperature 0). The stage
+starts the engine's server from the engine's own environment (``serving.python``), sends every
+row of every task at each temperature and concurrency of the spec (one client-side run per
+task, temperature and concurrency, with at most that many requests in flight), stops the
+server, and writes one record per request and one per run. A server that fails to start is a
+one-line error naming the engine log.
+
+Seeds: a request's sampling seed is ``derive_seed(seed, "serving", row_id, temperature)``, the
+same for every system and concurrency, so AR and the drafters sample with the same keys.
+
+The spec holds ``target`` (config entry with ``name``), ``system`` (``name``, ``kind``),
+``serving`` (the config section: ``engine``, ``python``, ``temperatures``, ``concurrency``,
+``max_tokens``, ``port``), ``gamma`` and ``seed``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import asdict
+from pathlib import Path
+
+from floorgap.errors import StageError
+from floorgap.stages._cli import stage_parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = stage_parser("floorgap serving", "Serve one system in a real engine and time it.")
+    parser.add_argument("--model-dir", required=True, type=Path)
+    parser.add_argument("--rows", required=True, type=Path,
+                        help="the serving_rows stage's rows.parquet")
+    parser.add_argument("--drafter-dir", type=Path, default=None,
+                        help="the drafter's exported folder (in the engine's layout)")
+    parser.add_argument("--out-requests", required=True, type=Path)
+    parser.add_argument("--out-runs", required=True, type=Path)
+    parser.add_argument("--engine-log", required=True, type=Path,
+                        help="the engine server's own output")
+    return parser
+
+
+def engine_python(configured: str) -> str:
+    """The engine environment's interpreter: ``FLOORGAP_SERVING_PYTHON`` when set (a run
+    outside the repository, e.g. a scratch copy, points at the repository's .venv-serving; it is
+    not part of the spec, so it reruns nothing), else ``serving.python``. A missing one names
+    the set-up step."""
+    import os
+
+    configured = os.environ.get("FLOORGAP_SERVING_PYTHON") or configured
+    path = Path(configured).expanduser()
+    if not path.exists():
+        raise StageError(f"serving python {configured!r} does not exist: the serving engine runs "
+                         "in its own environment; create it with `bash envs/install.sh` (which "
+                         "builds .venv-serving) or point serving.python at an interpreter that "
+                         "has the engine installed")
+    return str(path.absolute())
+
+
+def main(args: argparse.Namespace, logger: logging.Logger) -> None:
+    import pandas as pd
+
+    from floorgap.probes.serving import EngineSpec, ServingRow, running_engine, serve_run
+    from floorgap.progress import progress
+    from floorgap.records import read_table, write_table
+    from floorgap.seeds import derive_seed
+
+    spec = args.spec
+    target, system, cfg = spec["target"], spec["system"], spec["serving"]
+    kind = system.get("kind")
+    if kind in ("dflash", "dspark") and args.drafter_dir is None:
+        raise StageError(f"system {system['name']} is a {kind} drafter: give --drafter-dir")
+    engine = EngineSpec(engine=cfg["engine"], python=engine_python(cfg["python"]),
+                        target_dir=str(Path(args.model_dir).absolute()),
+                        dtype=cfg.get("dtype") or target["dtype"], device=target["device"],
+                        gamma=int(spec["gamma"]), kind=kind,
+                        drafter_dir=str(args.drafter_dir.absolute()) if args.drafter_dir else None,
+                        port=int(cfg["port"]), max_model_len=int(cfg["max_model_len"]),
+                        startup_timeout_s=float(cfg.get("startup_timeout_s", 900)))
+    table = read_table(args.rows)
+    tasks = list(dict.fromkeys(table["task"]))
+    rows = {t: [ServingRow(t, str(r.row_id), tuple(int(i) for i in r.prompt_ids))
+                for r in table[table["task"] == t].itertuples()] for t in tasks}
+    requests, runs = [], []
+    args.engine_log.parent.mkdir(parents=True, exist_ok=True)
+    settings = [(float(temp), int(c)) for temp in cfg["temperatures"] for c in cfg["concurrency"]]
+    with running_engine(engine, args.engine_log):
+        with progress(total=len(settings) * len(tasks), desc=f"serving {system['name']}",
+                      unit="run") as bar:
+            for temp, conc in settings:
+                for task in tasks:
+                    seeds = [derive_seed(int(spec["seed"]), "serving", r.row_id, temp)
+                             for r in rows[task]]
+                    reqs, run = serve_run(engine, target=target["name"], system=system["name"],
+                                          task=task, rows=rows[task], temperature=temp,
+                                          concurrency=conc, seeds=seeds,
+                                          max_tokens=int(cfg["max_tokens"]))
+                    requests += reqs
+                    runs.append(run)
+                    tau = sum(q.verified_tokens for q in reqs) / max(
+                        1, sum(q.verify_steps for q in reqs))
+                    logger.info("%s T=%g C=%d %s: %d requests, %d tokens in %.2f s, tau %.3f",
+                                system["name"], temp, conc, task, len(reqs),
+                                run.completion_tokens, run.wall_s, tau)
+                    bar.update(1)
+    meta = {"stage": "serving", "target": target["name"], "system": system["name"],
+            "kind": kind, "engine": cfg["engine"], "device": target["device"],
+            "dtype": engine.dtype, "gamma": int(spec["gamma"]), "rows": str(args.rows),
+            "max_tokens": int(cfg["max_tokens"]), "drafter_dir": engine.drafter_dir,
+            "note": "CPU timings: speedups are not comparable to the paper's GPU numbers"
+                    if not target["device"].startswith("cuda") else None}
+    write_table(args.out_requests, pd.DataFrame([asdict(q) for q in requests]), meta)
+    write_table(args.out_runs, pd.DataFrame([asdict(r) for r in runs]), meta)
+    logger.info("wrote %d requests in %d runs", len(requests), len(runs))

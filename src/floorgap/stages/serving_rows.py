@@ -1,0 +1,58 @@
+"""``floorgap serving_rows --spec JSON --model-dir DIR --corpus C1 [C2 ...] [--training-data
+BLOCKS.pt] --out ROWS.parquet``
+
+The serving benchmark's rows of one target (see floorgap.data.serving_rows): ``rows`` prompts
+of every task in ``serving.tasks``, disjoint from the floors' evaluation prompts (``--corpus``),
+from the drafter training prompts (``--training-data``, the drafter_data record) and from each
+other, with the target-formatted prompt token ids. The spec holds ``target``, ``tasks``,
+``max_prompt_tokens`` and ``seed``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from floorgap.stages._cli import stage_parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = stage_parser("floorgap serving_rows", "Select the serving benchmark's rows.")
+    parser.add_argument("--model-dir", required=True, type=Path)
+    parser.add_argument("--corpus", type=Path, nargs="*", default=[],
+                        help="evaluation corpora of the floors (their prompts are excluded)")
+    parser.add_argument("--training-data", type=Path, default=None,
+                        help="the drafter_data record (its training prompts are excluded)")
+    parser.add_argument("--out", required=True, type=Path)
+    return parser
+
+
+def main(args: argparse.Namespace, logger: logging.Logger) -> None:
+    import pandas as pd
+    import torch
+
+    from floorgap.data.serving_rows import select_serving_rows
+    from floorgap.models.targets import load_tokenizer
+    from floorgap.records import read_table, write_table
+
+    spec = args.spec
+    target = spec["target"]
+    used: list[str] = []
+    for path in args.corpus:
+        used += list(read_table(path)["prompt_id"].astype(str))
+    if args.training_data is not None:
+        # memory-mapped: only the prompt ids are read, not the targets and features
+        data = torch.load(args.training_data, map_location="cpu", weights_only=True, mmap=True)
+        used += [str(p) for p in data["seq_prompt_ids"]]
+    tokenizer = load_tokenizer(args.model_dir)
+    rows, facts = select_serving_rows(
+        spec["tasks"], tokenizer, seed=int(spec["seed"]),
+        max_prompt_tokens=int(spec["max_prompt_tokens"]),
+        chat_template=bool(target.get("chat_template", True)),
+        enable_thinking=bool(target.get("enable_thinking", False)), used_prompt_ids=used)
+    meta = {"stage": "serving_rows", "target": target["name"], "seed": spec["seed"],
+            "tasks": facts, "excluded_prompts": len(set(used)),
+            "chat_template": bool(target.get("chat_template", True))}
+    write_table(args.out, pd.DataFrame(rows), meta)
+    logger.info("wrote %d rows of %d tasks to %s", len(rows), len(facts), args.out)

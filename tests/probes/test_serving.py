@@ -1,0 +1,123 @@
+"""Serving in a real engine (floorgap.probes.serving): the server command lines, a failed start,
+and, with the engine's environment (.venv-serving from envs/install.sh), vLLM on CPU serving the
+smoke target: speculative output equal to AR at temperature 0, the target drafting for itself
+accepting every draft (tau = gamma + 1), a random drafter accepting next to nothing."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+
+from floorgap.errors import StageError
+from floorgap.probes.serving import EngineSpec, ServingRow, engine_command, running_engine, serve_run
+
+from conftest import SERVING_PYTHON
+
+
+def _spec(**kw) -> EngineSpec:
+    base = dict(engine="vllm", python="/py", target_dir="/t", dtype="float32", device="cpu",
+                gamma=7)
+    return EngineSpec(**{**base, **kw})
+
+
+def test_vllm_command_serves_a_dflash_folder_with_per_request_counts() -> None:
+    cmd, env = engine_command(_spec(kind="dflash", drafter_dir="/d", port=8123))
+    assert cmd[:3] == ["/py", "-m", "vllm.entrypoints.openai.api_server"] and env == {}
+    spec = json.loads(cmd[cmd.index("--speculative-config") + 1])
+    assert spec == {"method": "dflash", "model": "/d", "num_speculative_tokens": 7,
+                    "draft_sample_method": "probabilistic"}
+    assert "--per-request-spec-decode-metrics" in cmd and "--enforce-eager" in cmd
+    assert cmd[cmd.index("--port") + 1] == "8123"
+    ar, _ = engine_command(_spec())
+    assert "--speculative-config" not in ar
+    target, _ = engine_command(_spec(kind="target"))
+    assert json.loads(target[target.index("--speculative-config") + 1])["model"] == "/t"
+
+
+def test_sglang_command_is_static_verification_on_cuda() -> None:
+    cmd, env = engine_command(_spec(engine="sglang", device="cuda", kind="dspark",
+                                    drafter_dir="/d"))
+    assert cmd[:3] == ["/py", "-m", "sglang.launch_server"]
+    assert env == {"SGLANG_RAGGED_VERIFY_MODE": "static"}
+    assert cmd[cmd.index("--speculative-algorithm") + 1] == "DSPARK"
+    assert cmd[cmd.index("--speculative-dspark-block-size") + 1] == "7"
+    cmd, _ = engine_command(_spec(engine="sglang", device="cuda", kind="dflash",
+                                  drafter_dir="/d"))
+    assert cmd[cmd.index("--speculative-num-draft-tokens") + 1] == "8"
+    with pytest.raises(StageError, match="CUDA only"):
+        _spec(engine="sglang", device="cpu")
+    with pytest.raises(StageError, match="cannot serve"):
+        _spec(engine="sglang", device="cuda", kind="target")
+
+
+def test_a_server_that_exits_is_a_one_line_error_naming_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    spec = _spec(python="/bin/false", port=_free_port(), startup_timeout_s=30)
+    with pytest.raises(StageError, match=r"exited with status 1 before it was healthy; see"):
+        with running_engine(spec, log):
+            pass
+    assert log.exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def engine_inputs(smoke_target, tmp_path_factory):
+    """The smoke target's folder, a random DFlash drafter for it in vLLM's layout, and rows."""
+    from floorgap.models.drafter_training import drafter_config
+    from floorgap.models.drafters import build_drafter
+    from floorgap.models.engine_formats import export_drafter
+    from floorgap.models.targets import chat_prompt_ids, load_target
+
+    if not SERVING_PYTHON.exists():
+        pytest.fail(f"{SERVING_PYTHON} is missing: `bash envs/install.sh` builds the engine's "
+                    "environment")
+    cfg, target, model_dir, _ = smoke_target
+    model, tok = load_target(model_dir)
+    torch.manual_seed(0)
+    dc = drafter_config({"kind": "dflash", "layers": 1}, cfg["drafters"]["taps"],
+                        cfg["anchors"]["gamma"], model.config)
+    folder = export_drafter(build_drafter(dc, model), tmp_path_factory.mktemp("dflash"), "dflash")
+    rows = [ServingRow("t", f"t:{i}", tuple(chat_prompt_ids(tok, text)))
+            for i, text in enumerate(["Name three colours.", "What is 2 + 2?"])]
+    return model_dir, folder, rows, cfg["anchors"]["gamma"]
+
+
+def _serve(model_dir, rows, gamma, kind=None, drafter=None, temperature=0.0, tmp=None):
+    spec = EngineSpec(engine="vllm", python=str(SERVING_PYTHON), target_dir=str(model_dir),
+                      dtype="float32", device="cpu", gamma=gamma, kind=kind,
+                      drafter_dir=str(drafter) if drafter else None, port=_free_port(),
+                      max_model_len=1024)
+    with running_engine(spec, tmp / f"{kind}.log"):
+        reqs, run = serve_run(spec, target="t", system=str(kind), task="t", rows=rows,
+                              temperature=temperature, concurrency=2, seeds=[1, 2],
+                              max_tokens=1 + 4 * (gamma + 1))
+    return reqs, run
+
+
+@pytest.mark.slow
+def test_vllm_speculation_is_exact_and_counts_verify_rounds(engine_inputs, tmp_path) -> None:
+    """Temperature 0: DFlash and self-drafting outputs equal AR token for token; the target
+    drafting for itself accepts every draft (tau = gamma + 1 exactly); a random DFlash drafter
+    accepts almost nothing (tau near 1)."""
+    model_dir, folder, rows, gamma = engine_inputs
+    ar, ar_run = _serve(model_dir, rows, gamma, tmp=tmp_path)
+    assert ar_run.requests == 2 and ar_run.wall_s > 0
+    assert all(r.verify_steps == r.completion_tokens == r.verified_tokens for r in ar)
+    own, _ = _serve(model_dir, rows, gamma, kind="target", tmp=tmp_path)
+    flash, _ = _serve(model_dir, rows, gamma, kind="dflash", drafter=folder, tmp=tmp_path)
+    for a, o, f in zip(ar, own, flash):
+        assert a.token_ids and a.token_ids == o.token_ids == f.token_ids
+    tau_own = sum(r.verified_tokens for r in own) / sum(r.verify_steps for r in own)
+    assert tau_own == gamma + 1
+    tau_flash = sum(r.verified_tokens for r in flash) / sum(r.verify_steps for r in flash)
+    assert 1.0 <= tau_flash < 1.5
+    assert all(r.draft_tokens == gamma * r.verify_steps for r in flash)

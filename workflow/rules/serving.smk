@@ -1,0 +1,39 @@
+# One system (AR, a drafter in its exported engine layout, or the target drafting for itself)
+# served in a real engine over the benchmark rows (floorgap.probes.serving). The engine runs from
+# its own environment (serving.python) and takes every core, so runs are timed on an idle
+# machine and no two servers share one.
+
+
+def served_drafter(w):
+    """The exported folder of a drafter system (none for `ar` and `target`)."""
+    fmt = W.serving_system(w.system)["format"]
+    return [] if fmt is None else f"results/{w.target}/export/{w.system}/{fmt}"
+
+
+rule serving:
+    """Per request: prompt and completion tokens, verify steps, accepted drafts, latency and
+    TTFT; per task run (task x temperature x concurrency): its client-side wall time."""
+    input:
+        model=lambda w: model_dir(w.target),
+        rows="results/{target}/serving_rows/rows.parquet",
+        drafter=served_drafter,
+    output:
+        requests="results/{target}/serving/{system}/requests.parquet",
+        runs="results/{target}/serving/{system}/runs.parquet",
+    params:
+        spec=lambda w: as_json(W.serving_spec(w.target, w.system)),
+        drafter=lambda w, input: f"--drafter-dir {input.drafter}" if input.drafter else "",
+        engine_log=lambda w: f"{LOGS}/serving/{w.target}/{w.system}.engine.log",
+    log:
+        f"{LOGS}/serving/{{target}}/{{system}}.log",
+    threads: workflow.cores
+    resources:
+        mem_mb=16000,
+        runtime=240,
+        gpu=lambda w: W.gpus(w.target),
+    conda:
+        CONDA_ENV
+    shell:
+        "floorgap serving --spec {params.spec:q} --model-dir {input.model} --rows {input.rows}"
+        " {params.drafter} --out-requests {output.requests} --out-runs {output.runs}"
+        " --engine-log {params.engine_log} --log {log}"
