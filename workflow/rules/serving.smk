@@ -1,7 +1,8 @@
 # One system (AR, a drafter in its exported engine layout, or the target drafting for itself)
 # served in a real engine over the benchmark rows (floorgap.probes.serving). The engine runs from
-# its own environment (serving.python) and takes every core, so runs are timed on an idle
-# machine and no two servers share one.
+# its own environment (serving.python) and asks for 8 threads, which Snakemake caps at --cores
+# (--max-threads on a cluster): on a small machine it then has every core, so its runs are
+# timed on an otherwise idle machine; each system has its own port, so servers never clash.
 
 
 def served_drafter(w):
@@ -26,7 +27,7 @@ rule serving:
         engine_log=lambda w: f"{LOGS}/serving/{w.target}/{w.system}.engine.log",
     log:
         f"{LOGS}/serving/{{target}}/{{system}}.log",
-    threads: workflow.cores
+    threads: 8
     resources:
         mem_mb=16000,
         runtime=240,
