@@ -13,7 +13,14 @@ import pytest
 import torch
 
 from floorgap.errors import StageError
-from floorgap.probes.serving import EngineSpec, ServingRow, engine_command, running_engine, serve_run
+from floorgap.probes.serving import (
+    EngineSpec,
+    ServingRow,
+    engine_command,
+    engine_environment,
+    running_engine,
+    serve_run,
+)
 
 from conftest import SERVING_PYTHON
 
@@ -52,6 +59,14 @@ def test_sglang_command_is_static_verification_on_cuda() -> None:
         _spec(engine="sglang", device="cpu")
     with pytest.raises(StageError, match="cannot serve"):
         _spec(engine="sglang", device="cuda", kind="target")
+
+
+def test_the_server_starts_without_the_jobs_thread_counts() -> None:
+    """Snakemake sets the BLAS/OpenMP thread counts to the job's threads; the engine sizes its
+    own pools (with them vLLM's CPU worker crawled)."""
+    env = engine_environment({"PATH": "/bin", "MKL_NUM_THREADS": "2", "OMP_NUM_THREADS": "2",
+                              "OPENBLAS_NUM_THREADS": "2", "HOME": "/root"})
+    assert env == {"PATH": "/bin", "HOME": "/root"}
 
 
 def test_a_server_that_exits_is_a_one_line_error_naming_its_log(tmp_path: Path) -> None:
