@@ -121,13 +121,12 @@ def served_macro(stat: ServedEstimate, groups: Sequence[Sequence[int]] | None = 
     """The equal mean over tasks (and, with ``groups``, over the cells of each group first, e.g.
     a drafter's concurrency levels: the paper averages tau over C within a task, then over
     tasks). Returns one row, [1, groups or cells]."""
+    if groups is not None:
+        stat = group_cells(stat, groups)
     est, reps = stat.estimate, stat.replicates
     if tasks is not None:
         sel = torch.as_tensor(list(tasks), dtype=torch.long)
         est, reps = est[sel], reps[:, sel]
-    if groups is not None:
-        est = torch.stack([est[:, list(g)].mean(1) for g in groups], 1)
-        reps = torch.stack([reps[:, :, list(g)].mean(2) for g in groups], 2)
     est, reps = est.mean(0, keepdim=True), reps.mean(1, keepdim=True)
     lo, hi = percentile_interval(reps, stat.level)
     return ServedEstimate(est, reps, lo, hi, stat.level)
