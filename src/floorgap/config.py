@@ -348,6 +348,17 @@ class WorkflowSpec:
                 "serving": {k: v for k, v in serving.items() if k not in ("systems", "tasks")},
                 "gamma": self.config["anchors"]["gamma"], "seed": self.config["seed"]}
 
+    @property
+    def replayed_systems(self) -> list[str]:
+        """The served drafters (exported folders) whose rounds the serving_replay stage
+        replays offline; `ar` and the target drafting for itself have no drafter to replay."""
+        systems = (self.serving or {}).get("systems", [])
+        return [s for s in systems if self.serving_system(s)["format"] is not None]
+
+    def serving_replay_spec(self, target: str, system: str) -> dict[str, Any]:
+        return {"target": self.target(target), "system": self.serving_system(system),
+                "gamma": self.config["anchors"]["gamma"]}
+
     def serving_summary_spec(self, target: str) -> dict[str, Any]:
         return {"target": self.target(target), "tasks": list((self.serving or {})["tasks"]),
                 "bootstrap": self.config["analysis"]["bootstrap"],
@@ -435,8 +446,8 @@ def check_consistency(spec: WorkflowSpec) -> None:
 
 
 def _check_serving(spec: WorkflowSpec) -> None:
-    """Served systems are `ar`, `target` or drafter variants of an engine kind, with AR there
-    (every speedup is against it); SGLang needs CUDA targets."""
+    """Served systems are `ar`, `target` or drafter variants or component arms of an engine
+    kind, with AR there (every speedup is against it); SGLang needs CUDA targets."""
     serving = spec.config.get("serving")
     if not serving:
         return
@@ -447,12 +458,12 @@ def _check_serving(spec: WorkflowSpec) -> None:
     for name in systems:
         if name in ("ar", "target"):
             continue
-        if name not in spec.variants:
+        if name not in spec.variants and name not in spec.arms:
             raise ConfigError(f"serving.systems names {name!r}, which is neither `ar`, `target` "
-                              f"nor one of drafters.variants ({', '.join(spec.variants)})")
-        kind = variant_kind(spec.config["drafters"]["variants"][name],
-                            f"drafters.variants.{name}")
-        entry = spec.config["drafters"]["variants"][name]
+                              f"nor one of drafters.variants ({', '.join(spec.variants)}) or "
+                              "drafters.components.arms")
+        entry = spec.variant_entry(name)
+        kind = variant_kind(entry, f"serving.systems {name}")
         if kind not in ("dflash", "dspark") or entry.get("short_conv") or \
                 entry.get("slot_embeddings"):
             raise ConfigError(f"serving.systems {name!r} is a {kind} drafter"

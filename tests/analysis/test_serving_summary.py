@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from floorgap.analysis.serving import summarise_serving
+from floorgap.analysis.serving import summarise_replay, summarise_serving
 from floorgap.errors import StageError
 
 
@@ -54,3 +54,39 @@ def test_systems_must_serve_the_same_rows_and_ar_must_be_there() -> None:
         summarise_serving(req.drop(index=0), runs, n_boot=100, level=0.95, seed=0)
     with pytest.raises(StageError, match="no AR run"):
         summarise_serving(req[req.system != "ar"], runs, n_boot=100, level=0.95, seed=0)
+
+
+def _rounds() -> pd.DataFrame:
+    """Replayed rounds of one drafter at T=1, gamma 2: task a (rows a:0, a:1), task b (b:0)."""
+    half, nan = [0.5, 0.5], [float("nan")] * 2
+    rows = []
+    for task, row, conc, accepted, p_tok, q_tok, tv, complete in (
+            ("a", "a:0", 1, 2, half, [1.0, 1.0], [0.0, 0.0], True),     # tau_hat 3
+            ("a", "a:0", 2, 0, half, [0.25, 0.25], [0.5, 0.5], True),   # tau_hat 1.75
+            ("a", "a:1", 1, 1, half, [0.0, 0.5], [1.0, 0.0], True),     # tau_hat 1
+            ("a", "a:1", 1, 0, nan, nan, nan, False),                   # cut by the limit
+            ("b", "b:0", 1, 1, half, [0.25, 1.0], [0.5, 0.0], True)):   # tau_hat 2
+        rows.append({"system": "dflash", "task": task, "row_id": row, "temperature": 1.0,
+                     "concurrency": conc, "accepted": accepted, "complete": complete,
+                     "p_tok": p_tok, "q_tok": q_tok, "tv": tv, "lossless_score": -1.0,
+                     "lossless_var": 2.0})
+    return pd.DataFrame(rows)
+
+
+def test_served_against_offline_by_hand() -> None:
+    out = summarise_replay(_rounds(), n_boot=50, level=0.9, seed=1, tasks=["a", "b"])
+    get = lambda stat, task: float(out[(out["statistic"] == stat)  # noqa: E731
+                                       & (out["task"] == task)]["estimate"].iloc[0])
+    # complete rounds only; ratio of sums over the task's rows (and concurrencies)
+    assert get("tau_matched", "a") == pytest.approx((3 + 1 + 2) / 3)
+    assert get("tau_offline", "a") == pytest.approx((3 + 1.75 + 1) / 3)
+    assert get("tau_matched", "b") == 2 and get("tau_offline", "b") == 2
+    assert get("tau_offline", "macro") == pytest.approx(((3 + 1.75 + 1) / 3 + 2) / 2)
+    # trials: round 1 slots 0, 1 (alpha 1, 1); round 2 slot 0 (0.5); round 3 slots 0, 1 (0, 1);
+    # round 5 slots 0, 1 (0.5, 1)
+    assert get("accepted_observed", "all") == 4 and get("rounds", "all") == 4
+    assert get("accepted_expected", "all") == pytest.approx(1 + 1 + 0.5 + 0 + 1 + 0.5 + 1)
+    assert get("accepted_sd", "all") == pytest.approx((0.25 + 0.25) ** 0.5)
+    assert get("acceptance_z", "all") == pytest.approx((4 - 5) / 0.5 ** 0.5)
+    # the lossless test counts every round, the incomplete one too
+    assert get("lossless_z", "all") == pytest.approx(-5 / 10 ** 0.5)

@@ -7,8 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from floorgap.estimators.served import (
+    acceptance_test,
     accepted_length_by_task,
     group_cells,
+    lossless_z,
+    round_accepted_length,
     run_time_shares,
     served_macro,
     speedup_by_task,
@@ -96,3 +99,98 @@ def test_intervals_contain_the_estimate_and_bound_the_row_range(seed: int, rows:
     # the same draw for both (a matrix product may order the sums differently per column)
     torch.testing.assert_close(tau.replicates[:, 0, 0], tau.replicates[:, 0, -1], rtol=1e-12,
                                atol=0)
+
+
+def test_round_accepted_length_closed_forms() -> None:
+    gamma = 4
+    one = torch.ones((1, gamma), dtype=torch.float64)
+    # q >= p on every slot: every factor is 1 and the round returns gamma + 1
+    assert float(round_accepted_length(one * 0.2, one * 0.3)[0]) == gamma + 1
+    # factors 1/2 everywhere: 1 + 1/2 + 1/4 + 1/8 + 1/16
+    assert float(round_accepted_length(one * 0.4, one * 0.2)[0]) == 1 + 15 / 16
+    # a zero factor at slot 1 stops the sum there: 1 + a_0
+    p = torch.tensor([[0.5, 0.5, 0.1, 0.1]], dtype=torch.float64)
+    q = torch.tensor([[0.25, 0.0, 0.9, 0.9]], dtype=torch.float64)
+    assert float(round_accepted_length(p, q)[0]) == 1.5
+
+
+def test_acceptance_test_counts_the_trials_of_each_round() -> None:
+    tv = torch.tensor([[0.5, 0.5, 0.5], [0.1, 0.2, 0.3], [0.0, 0.0, 0.0]], dtype=torch.float64)
+    accepted = torch.tensor([0, 2, 3])
+    test = acceptance_test(accepted, tv)
+    # round 0: slot 0 (failed); round 1: slots 0-2 (2 successes); round 2: all 3 slots
+    assert test.trials == 1 + 3 + 3 and test.observed == 5
+    assert abs(test.expected - (0.5 + 0.9 + 0.8 + 0.7 + 3.0)) < 1e-12
+    assert abs(test.variance - (0.25 + 0.09 + 0.16 + 0.21)) < 1e-12
+
+
+def _speculative_rounds(n_rounds: int, gamma: int, vocab: int, seed: int):
+    """Chain speculative sampling on a toy target (a Markov chain on ``vocab`` tokens) with an
+    order-0 proposal per slot, simulated directly: the engine's side (accepted drafts per
+    round) and an independent target continuation scored by the accept factors."""
+    g = torch.Generator().manual_seed(seed)
+    trans = torch.softmax(2.0 * torch.randn((vocab, vocab), generator=g), -1).double()
+    q = torch.softmax(2.0 * torch.randn((gamma, vocab), generator=g), -1).double()
+    accepted, tv_rows, p_rows, q_rows = [], [], [], []
+    for _ in range(n_rounds):
+        prev = int(torch.randint(vocab, (1,), generator=g))
+        # the engine: draft x_j ~ q_j, accept with min(1, p/q), stop at the first rejection
+        j, tvs, ctx = 0, [], prev
+        while j < gamma:
+            p = trans[ctx]
+            tvs.append(0.5 * float((p - q[j]).abs().sum()))
+            x = int(torch.multinomial(q[j], 1, generator=g))
+            if float(torch.rand((), generator=g, dtype=torch.float64)) >= min(1.0, p[x] / q[j, x]):
+                break
+            ctx, j = x, j + 1
+        accepted.append(j)
+        tv_rows.append(tvs + [float("nan")] * (gamma - len(tvs)))
+        # the offline side: a target path from the same committed token
+        ctx, ps, qs = prev, [], []
+        for k in range(gamma):
+            y = int(torch.multinomial(trans[ctx], 1, generator=g))
+            ps.append(float(trans[ctx, y]))
+            qs.append(float(q[k, y]))
+            ctx = y
+        p_rows.append(ps)
+        q_rows.append(qs)
+    as_t = lambda rows: torch.tensor(rows, dtype=torch.float64)  # noqa: E731
+    return torch.tensor(accepted), as_t(tv_rows), as_t(p_rows), as_t(q_rows)
+
+
+def test_simulated_speculative_sampling_matches_both_offline_predictions() -> None:
+    """Independent check by simulation: the served accepted drafts agree with the exact trial
+    probabilities (|z| small) and their mean length with the accept factors' prediction on
+    target paths (within 4 standard errors)."""
+    accepted, tv, p_tok, q_tok = _speculative_rounds(4000, gamma=4, vocab=6, seed=3)
+    test = acceptance_test(accepted, tv)
+    assert abs(test.z) < 4
+    served = accepted.double() + 1
+    offline = round_accepted_length(p_tok, q_tok)
+    se = (served.var() / len(served) + offline.var() / len(offline)).sqrt()
+    assert abs(float(served.mean() - offline.mean())) < 4 * float(se)
+    # and it has power: acceptance probabilities 0.15 too low per trial are flagged
+    wrong = acceptance_test(accepted, (tv + 0.15).clamp(max=1.0))
+    assert wrong.z > 4
+
+
+def test_lossless_z_is_standard_for_target_draws_and_flags_biased_ones() -> None:
+    """Tokens drawn from each position's p give |z| small; tokens drawn from another law q
+    (a drafter-biased engine) give z far below 0. Scores and variances from their definitions
+    (log p(y) + H(p) and Var_p[log p]) on random laws."""
+    g = torch.Generator().manual_seed(5)
+    n, vocab = 3000, 12
+    p = torch.softmax(2.0 * torch.randn((n, vocab), generator=g), -1).double()
+    q = torch.softmax(2.0 * torch.randn((n, vocab), generator=g), -1).double()
+    logp = p.log()
+    h = -(p * logp).sum(-1)
+    var = (p * logp * logp).sum(-1) - h * h
+
+    def z(law: torch.Tensor) -> float:
+        y = torch.multinomial(law, 1, generator=g)[:, 0]
+        return lossless_z(logp.gather(-1, y[:, None])[:, 0] + h, var)
+
+    assert abs(z(p)) < 4
+    assert z(q) < -10
+    # a NaN round (temperature 0) is skipped
+    assert lossless_z(torch.tensor([float("nan"), 1.0]), torch.tensor([float("nan"), 4.0])) == 0.5

@@ -159,7 +159,8 @@ def test_plotting_option_reruns_nothing_upstream(smoke_run: Path, tmp_path: Path
     jobs = dry_run_jobs(res.stdout)
     upstream = {"models", "corpus", "anchors", "rollouts", "floors", "mi", "manifest",
                 "drafter_data", "drafters", "drafter_eval_study",
-                "gaps", "export", "serving_rows", "serving", "serving_summary"}
+                "gaps", "export", "serving_rows", "serving", "serving_replay",
+                "serving_summary"}
     assert not upstream & set(jobs), jobs
     assert set(FIGURES) <= set(jobs)
 
@@ -175,8 +176,9 @@ def test_html_report(smoke_run: Path) -> None:
 def _record_hashes(work: Path) -> dict[str, str]:
     """SHA-256 of every Parquet record under results/ (the manifests' files and the drafter
     evaluations), by path relative to the working directory. The serving records hold wall
-    times, measurements that no rerun repeats, and are left out."""
-    timed = {"serving", "serving_summary"}
+    times, measurements that no rerun repeats, and the replays follow the served completions
+    (an engine batches concurrent requests differently from run to run): they are left out."""
+    timed = {"serving", "serving_replay", "serving_summary"}
     return {str(p.relative_to(work)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted((work / "results").rglob("*.parquet"))
             if not timed & set(p.relative_to(work).parts)}

@@ -36,13 +36,17 @@ def test_vllm_command_serves_a_dflash_folder_with_per_request_counts() -> None:
     assert cmd[:3] == ["/py", "-m", "vllm.entrypoints.openai.api_server"] and env == {}
     spec = json.loads(cmd[cmd.index("--speculative-config") + 1])
     assert spec == {"method": "dflash", "model": "/d", "num_speculative_tokens": 7,
-                    "draft_sample_method": "probabilistic"}
+                    "draft_sample_method": "greedy"}
     assert "--per-request-spec-decode-metrics" in cmd and "--enforce-eager" in cmd
     assert cmd[cmd.index("--port") + 1] == "8123"
     ar, _ = engine_command(_spec())
     assert "--speculative-config" not in ar
     target, _ = engine_command(_spec(kind="target"))
     assert json.loads(target[target.index("--speculative-config") + 1])["model"] == "/t"
+    prob, _ = engine_command(_spec(kind="dflash", drafter_dir="/d",
+                                   draft_sampling="probabilistic"))
+    spec = json.loads(prob[prob.index("--speculative-config") + 1])
+    assert spec["draft_sample_method"] == "probabilistic"
 
 
 def test_sglang_command_is_static_verification_on_cuda() -> None:
@@ -102,33 +106,50 @@ def engine_inputs(smoke_target, tmp_path_factory):
                         cfg["anchors"]["gamma"], model.config)
     folder = export_drafter(build_drafter(dc, model), tmp_path_factory.mktemp("dflash"), "dflash")
     rows = [ServingRow("t", f"t:{i}", tuple(chat_prompt_ids(tok, text)))
-            for i, text in enumerate(["Name three colours.", "What is 2 + 2?"])]
+            for i, text in enumerate(["Name three colours.", "What is 2 + 2?",
+                                      "Write a haiku about rain.", "Explain gravity briefly."])]
     return model_dir, folder, rows, cfg["anchors"]["gamma"]
 
 
-def _serve(model_dir, rows, gamma, kind=None, drafter=None, temperature=0.0, tmp=None):
+def _serve(model_dir, rows, gamma, kind=None, drafter=None, temperatures=(0.0,), tmp=None):
+    """Serve ``rows`` at each temperature from one engine start: {temperature: (requests, run)}.
+    Five full rounds of gamma + 1 tokens after the prefill token, so a self-drafting target's
+    tau is exactly gamma + 1."""
+    max_tokens = 1 + 5 * (gamma + 1)
     spec = EngineSpec(engine="vllm", python=str(SERVING_PYTHON), target_dir=str(model_dir),
                       dtype="float32", device="cpu", gamma=gamma, kind=kind,
                       drafter_dir=str(drafter) if drafter else None, port=_free_port(),
                       max_model_len=1024)
+    out = {}
     with running_engine(spec, tmp / f"{kind}.log"):
-        reqs, run = serve_run(spec, target="t", system=str(kind), task="t", rows=rows,
-                              temperature=temperature, concurrency=2, seeds=[1, 2],
-                              max_tokens=1 + 4 * (gamma + 1))
-    return reqs, run
+        for temperature in temperatures:
+            out[temperature] = serve_run(
+                spec, target="t", system=str(kind), task="t", rows=rows,
+                temperature=temperature, concurrency=2, seeds=list(range(1, len(rows) + 1)),
+                max_tokens=max_tokens)
+    return out
+
+
+@pytest.fixture(scope="module")
+def served_dflash(engine_inputs, tmp_path_factory):
+    """The random DFlash drafter served at temperatures 0 and 1 (one engine start)."""
+    model_dir, folder, rows, gamma = engine_inputs
+    return _serve(model_dir, rows, gamma, kind="dflash", drafter=folder,
+                  temperatures=(0.0, 1.0), tmp=tmp_path_factory.mktemp("served"))
 
 
 @pytest.mark.slow
-def test_vllm_speculation_is_exact_and_counts_verify_rounds(engine_inputs, tmp_path) -> None:
+def test_vllm_speculation_is_exact_and_counts_verify_rounds(engine_inputs, served_dflash,
+                                                             tmp_path) -> None:
     """Temperature 0: DFlash and self-drafting outputs equal AR token for token; the target
     drafting for itself accepts every draft (tau = gamma + 1 exactly); a random DFlash drafter
     accepts almost nothing (tau near 1)."""
     model_dir, folder, rows, gamma = engine_inputs
-    ar, ar_run = _serve(model_dir, rows, gamma, tmp=tmp_path)
-    assert ar_run.requests == 2 and ar_run.wall_s > 0
+    ar, ar_run = _serve(model_dir, rows, gamma, tmp=tmp_path)[0.0]
+    assert ar_run.requests == len(rows) and ar_run.wall_s > 0
     assert all(r.verify_steps == r.completion_tokens == r.verified_tokens for r in ar)
-    own, _ = _serve(model_dir, rows, gamma, kind="target", tmp=tmp_path)
-    flash, _ = _serve(model_dir, rows, gamma, kind="dflash", drafter=folder, tmp=tmp_path)
+    own, _ = _serve(model_dir, rows, gamma, kind="target", tmp=tmp_path)[0.0]
+    flash, _ = served_dflash[0.0]
     for a, o, f in zip(ar, own, flash):
         assert a.token_ids and a.token_ids == o.token_ids == f.token_ids
     tau_own = sum(r.verified_tokens for r in own) / sum(r.verify_steps for r in own)
@@ -136,3 +157,49 @@ def test_vllm_speculation_is_exact_and_counts_verify_rounds(engine_inputs, tmp_p
     tau_flash = sum(r.verified_tokens for r in flash) / sum(r.verify_steps for r in flash)
     assert 1.0 <= tau_flash < 1.5
     assert all(r.draft_tokens == gamma * r.verify_steps for r in flash)
+
+
+@pytest.mark.slow
+def test_served_rounds_match_their_offline_replay(engine_inputs, served_dflash) -> None:
+    """The exported drafter's acceptance in the engine against the offline replay of the same
+    rounds (floorgap.probes.serving_replay) on the project's import of the same folder: at
+    temperature 0 every complete round accepts exactly the drafts whose argmax matches the
+    target's (greedy verification is deterministic); at temperature 1 (vLLM's default greedy
+    drafting: the one-hot proposal at argmax q) the accepted drafts agree with the exact trial
+    probabilities p_j(argmax q_j) within sampling error (|z| < 4), and the returned tokens are
+    draws from the target's law (lossless test, |z| < 4)."""
+    from floorgap.estimators.served import acceptance_test, lossless_z
+    from floorgap.models.targets import load_target
+    from floorgap.probes.drafter_eval import load_trained_drafter
+    from floorgap.probes.serving_replay import replay_request
+
+    model_dir, folder, rows, gamma = engine_inputs
+    model, _ = load_target(model_dir)
+    drafter = load_trained_drafter(folder, model, gamma)
+    prompts = {r.row_id: r.prompt_ids for r in rows}
+    replayed = {}
+    for temperature, (requests, _) in served_dflash.items():
+        rounds = []
+        for q in requests:
+            assert len(q.step_accepted) == q.verify_steps
+            rounds += replay_request(model, drafter, prompts[q.row_id], q.token_ids,
+                                     q.step_accepted, temperature=temperature,
+                                     labels={"target": "t", "system": "dflash", "task": "t",
+                                             "row_id": q.row_id, "temperature": temperature,
+                                             "concurrency": 2},
+                                     draft_sampling="greedy")
+        replayed[temperature] = [r for r in rounds if r.complete]
+        if temperature > 0:
+            z = lossless_z(torch.tensor([r.lossless_score for r in rounds]),
+                           torch.tensor([r.lossless_var for r in rounds]))
+            assert abs(z) < 4, z
+    greedy = replayed[0.0]
+    assert len(greedy) >= 10
+    for r in greedy:
+        matches = [tv == 0.0 for tv in r.tv] + [False]
+        assert r.accepted == matches.index(False), (r.round, r.accepted, r.tv)
+    sampled = replayed[1.0]
+    test = acceptance_test(torch.tensor([r.accepted for r in sampled]),
+                           torch.tensor([r.tv for r in sampled], dtype=torch.float64))
+    assert test.trials >= 30
+    assert abs(test.z) < 4, test

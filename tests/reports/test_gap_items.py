@@ -105,10 +105,12 @@ def _summarise(root, variants, spec, name):
     return out
 
 
-def _run_item(name, summary, tmp_path, spec=None):
+def _run_item(name, summary, tmp_path, spec=None, served=None):
     values = tmp_path / "values" / f"{name}.tex"
     argv = [name, "--summary", str(summary), "--out-dir", str(tmp_path / "tables"),
             "--out-values", str(values), "--threads", "1"]
+    if served is not None:
+        argv += ["--input", f"served={served}"]
     if spec is not None:
         argv += ["--spec", json.dumps(spec)]
     assert run_stage(main, build_parser(), argv) == 0
@@ -149,6 +151,27 @@ def test_table10_refuses_a_summary_without_epochs(summary_path, tmp_path):
     assert not values.exists()
 
 
+def _served_summary(tmp_path, systems):
+    """A serving summary in which ``systems`` (with AR) were served: tau = 2 at T = 1."""
+    import pandas as pd
+
+    from floorgap.analysis.serving import summarise_serving
+    from floorgap.records import write_table
+
+    req, runs = [], []
+    for system, steps in (("ar", 20), *((v, 10) for v in systems)):
+        for temp in (0.0, 1.0):
+            req.append({"system": system, "task": "gsm8k", "row_id": "gsm8k:0",
+                        "temperature": temp, "concurrency": 1, "completion_tokens": 20,
+                        "verify_steps": steps, "verified_tokens": 20, "latency_s": 1.0})
+            runs.append({"system": system, "task": "gsm8k", "temperature": temp,
+                         "concurrency": 1, "wall_s": 1.0})
+    path = tmp_path / "served.parquet"
+    write_table(path, summarise_serving(pd.DataFrame(req), pd.DataFrame(runs), n_boot=20,
+                                        level=0.95, seed=1), {"device": "cpu"})
+    return path
+
+
 def test_table13_components_change_is_the_paired_tau_difference(tmp_path):
     import pandas as pd
 
@@ -157,9 +180,14 @@ def test_table13_components_change_is_the_paired_tau_difference(tmp_path):
                          {"contrasts": [[a, "vanilla"] for a in arms[1:]], "sweeps": False},
                          "components")
     values = _run_item("table13_components", summary, tmp_path,
-                       {"baseline": "vanilla", "arms": arms})
+                       {"baseline": "vanilla", "arms": arms},
+                       served=_served_summary(tmp_path, ["vanilla"]))
     csv = pd.read_csv(tmp_path / "tables" / "table13_components.csv").set_index("arm")
     assert list(csv.index) == arms
+    # the served arm has its served tau next to the offline one; the others were not served
+    assert csv.loc["vanilla", "served_tau"] == 2.0 and pd.isna(csv.loc["head", "served_tau"])
+    tex = (tmp_path / "tables" / "table13_components.tex").read_text()
+    assert "Served" in tex and "2.000" in tex
     for a in arms[1:]:
         # Hajek means over the same anchors: the paired mean difference is the difference of
         # the means, and its interval brackets it

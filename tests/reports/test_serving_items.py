@@ -1,4 +1,4 @@
-"""Tables 1, 9 and 11 from a serving summary (floorgap.reports.serving_items)."""
+"""Tables 1, 9, 11 and Fig. H from a serving summary (floorgap.reports.serving_items)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,30 @@ from pathlib import Path
 
 import pandas as pd
 
-from floorgap.analysis.serving import summarise_serving
+from floorgap.analysis.serving import summarise_replay, summarise_serving
 from floorgap.records import write_table
 from floorgap.reports.serving_items import (
+    figH_served_vs_offline,
     table1_serving,
     table9_serving_per_task,
     table11_concurrency,
 )
+
+
+def _replay() -> pd.DataFrame:
+    """dflash replayed at both temperatures (gamma 2): every round accepts one draft, the
+    offline prediction 1 + 1/2 + 1/4."""
+    rows = []
+    for temp in (0.0, 1.0):
+        for task in ("gsm8k", "alpaca"):
+            for r in range(4):
+                rows.append({"system": "dflash", "task": task, "row_id": f"{task}:0",
+                             "temperature": temp, "concurrency": 1, "accepted": 1,
+                             "complete": True, "p_tok": [0.4, 0.4], "q_tok": [0.2, 0.1],
+                             "tv": [0.5, 0.5] if temp else [0.0, 1.0],
+                             "lossless_score": 0.5 if temp else float("nan"),
+                             "lossless_var": 1.0 if temp else float("nan")})
+    return pd.DataFrame(rows)
 
 
 def _summary(tmp_path: Path) -> Path:
@@ -30,6 +47,9 @@ def _summary(tmp_path: Path) -> Path:
                                  "concurrency": conc, "wall_s": n * frac})
     summary = summarise_serving(pd.DataFrame(req), pd.DataFrame(runs), n_boot=100, level=0.95,
                                 seed=1, task_order=["gsm8k", "alpaca"])
+    replay = summarise_replay(_replay(), n_boot=100, level=0.95, seed=1,
+                              tasks=["gsm8k", "alpaca"])
+    summary = pd.concat([summary, replay], ignore_index=True)
     path = tmp_path / "summary.parquet"
     write_table(path, summary, {"device": "cpu"})
     return path
@@ -51,3 +71,18 @@ def test_tables_and_values(tmp_path: Path) -> None:
     t11 = (tmp_path / "table11_concurrency.tex").read_text()
     assert "+25.00\\%" in t11  # dspark over dflash: 2.5 / 2.0 - 1
     assert len(pd.read_csv(tmp_path / "table11_concurrency.csv")) > 0
+
+
+def test_served_against_offline_figure(tmp_path: Path) -> None:
+    values = figH_served_vs_offline({"summary": _summary(tmp_path)}, {}, tmp_path)
+    assert (tmp_path / "figH_served_vs_offline.pdf").stat().st_size > 0
+    assert values["\\fgServedOfflineDflashTOneTauMatched"] == "2.000"
+    assert values["\\fgServedOfflineDflashTOneTauOffline"] == "1.625"
+    assert values["\\fgServedOfflineDflashTZeroRounds"] == "8"
+    # 8 rounds x 2 trials at alpha 1/2: observed 8, expected 8
+    assert values["\\fgServedOfflineDflashTOneZ"] == "+0.00"
+    assert values["\\fgServedOfflineDflashTOneLossless"] == f"{4 / 8 ** 0.5:+.2f}"
+    # T = 0: one accepted draft, and the argmaxes agree at slot 0 only: every round reproduced
+    assert values["\\fgServedOfflineDflashTZeroAgreement"] == "100.0"
+    # dspark was served without per-round counts: its panel is empty, its values say so
+    assert values["\\fgServedOfflineDsparkTOneZ"] == "--"

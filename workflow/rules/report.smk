@@ -8,8 +8,11 @@ ITEMS = report_items(REPORT_PLUGINS)
 READS = {
     "floors": {"summary": f"results/{W.primary}/floors/summary.parquet"},
     "gaps": {"summary": f"results/{W.primary}/gaps/summary.parquet"},
-    "gaps_trajectory": {"summary": f"results/{W.primary}/gaps/trajectory.parquet"},
-    "gaps_components": {"summary": f"results/{W.primary}/gaps/components.parquet"},
+    # tables 10 and 13 also show the served tau of the variants the serving benchmark served
+    "gaps_trajectory": {"summary": f"results/{W.primary}/gaps/trajectory.parquet",
+                        "served": f"results/{W.primary}/serving_summary/summary.parquet"},
+    "gaps_components": {"summary": f"results/{W.primary}/gaps/components.parquet",
+                        "served": f"results/{W.primary}/serving_summary/summary.parquet"},
     # the budget study also reads each study drafter's training log (blocks per epoch)
     "gaps_budget": {"summary": f"results/{W.primary}/gaps/budget.parquet",
                     **{f"log_{v}": f"results/{W.primary}/drafters/{v}/train_log.jsonl"

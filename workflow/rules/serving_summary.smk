@@ -1,4 +1,5 @@
-# Served accepted length and speedup over AR (floorgap.analysis.serving): tables 1, 9 and 11.
+# Served accepted length and speedup over AR (floorgap.analysis.serving): tables 1, 9 and 11;
+# served against offline-predicted tau on the replayed rounds (figH_served_vs_offline).
 
 
 rule serving_summary:
@@ -9,6 +10,8 @@ rule serving_summary:
                             for s in W.serving["systems"]],
         runs=lambda w: [f"results/{w.target}/serving/{s}/runs.parquet"
                         for s in W.serving["systems"]],
+        replay=lambda w: [f"results/{w.target}/serving_replay/{s}/rounds.parquet"
+                          for s in W.replayed_systems],
     output:
         "results/{target}/serving_summary/summary.parquet",
     params:
@@ -23,4 +26,4 @@ rule serving_summary:
         CONDA_ENV
     shell:
         "floorgap serving_summary --spec {params.spec:q} --requests {input.requests}"
-        " --runs {input.runs} --out {output} --log {log} --threads {threads}"
+        " --runs {input.runs} --replay {input.replay} --out {output} --log {log} --threads {threads}"

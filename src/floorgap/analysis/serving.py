@@ -10,7 +10,19 @@ and writes one long table, a row per statistic x system x task x temperature x c
   task run's completion tokens over its client-side wall time
   (:func:`floorgap.estimators.served.speedup_by_task`); task ``macro`` the equal mean of the
   task ratios; the "sequential" speedup of Tables 1 and 9 is the concurrency-1 row;
-* ``rows``: the rows per task (``estimate``), for the tables.
+* ``rows``: the rows per task (``estimate``), for the tables;
+* with the serving_replay records of the drafters (App. H.3's served-vs-offline check), per
+  system, task and temperature over the complete rounds of every concurrency (concurrency 0):
+  ``tau_matched`` (served, sum (J_r + 1) / rounds) and ``tau_offline`` (the accept factors'
+  prediction, sum tau_hat_r / rounds,
+  :func:`floorgap.estimators.served.round_accepted_length`), with the same paired row
+  bootstrap; and per system and temperature (task ``all``) the exact acceptance test of
+  :func:`floorgap.estimators.served.acceptance_test`: ``accepted_observed``,
+  ``accepted_expected``, ``accepted_sd``, ``acceptance_z`` (temperature > 0) and ``rounds``;
+  at temperature 0, where verification is deterministic, ``greedy_agreement``: the share of
+  rounds whose accepted drafts equal the replay's (the leading slots whose argmaxes agree);
+  at temperature > 0 the lossless test of the returned tokens, ``lossless_z``
+  (:func:`floorgap.estimators.served.lossless_z`).
 
 Intervals: bootstrap over rows stratified by task, one draw shared by every system, temperature
 and concurrency (paired). The records must cover the same rows for every system and setting.
@@ -28,8 +40,11 @@ import torch
 from floorgap.errors import StageError
 from floorgap.estimators.served import (
     ServedEstimate,
+    acceptance_test,
     accepted_length_by_task,
     group_cells,
+    lossless_z,
+    round_accepted_length,
     run_time_shares,
     served_macro,
     speedup_by_task,
@@ -40,6 +55,8 @@ AR = "ar"
 REQUEST_COLUMNS = ("system", "task", "row_id", "temperature", "concurrency", "completion_tokens",
                    "verify_steps", "verified_tokens", "latency_s")
 RUN_COLUMNS = ("system", "task", "temperature", "concurrency", "wall_s")
+ROUND_COLUMNS = ("system", "task", "row_id", "temperature", "accepted", "complete", "p_tok",
+                 "q_tok", "tv")
 
 
 def load_served(request_files: Sequence[str | Path], run_files: Sequence[str | Path]
@@ -141,4 +158,80 @@ def summarise_serving(requests: pd.DataFrame, runs: pd.DataFrame, *, n_boot: int
         n = float(arr["completion"][d].shape[1])
         rows.append({"statistic": "rows", "system": "", "task": task, "temperature": 0.0,
                      "concurrency": 0, "estimate": n, "lower": n, "upper": n})
+    return pd.DataFrame(rows)
+
+
+def load_rounds(files: Sequence[str | Path]) -> pd.DataFrame | None:
+    """The serving_replay records (None when none is given or all are empty)."""
+    from floorgap.records import read_table
+
+    frames = []
+    for f in files:
+        df = read_table(f)
+        missing = [c for c in ROUND_COLUMNS if c not in df.columns]
+        if missing:
+            raise StageError(f"{f}: not a serving_replay record (missing {missing})")
+        if len(df):
+            frames.append(df)
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def _matrix(values: pd.Series) -> torch.Tensor:
+    return torch.tensor([list(v) for v in values], dtype=torch.float64)
+
+
+def summarise_replay(rounds: pd.DataFrame, *, n_boot: int, level: float, seed: int,
+                     tasks: Sequence[str]) -> pd.DataFrame:
+    """The served-vs-offline rows of the module docstring from the complete replayed rounds.
+    ``tasks``: the summary's task order (the bootstrap draws are keyed by task name and row
+    order, so they pair with the served rows')."""
+    done = rounds[rounds["complete"].astype(bool)].copy()
+    if done.empty:
+        raise StageError("the replayed rounds hold no complete round (every completion is "
+                         "shorter than one block): raise serving.max_tokens")
+    done["tau_hat"] = round_accepted_length(_matrix(done["p_tok"]),
+                                            _matrix(done["q_tok"])).numpy()
+    done["tau_served"] = done["accepted"].astype(float) + 1.0
+    cells = sorted({(str(s), float(t)) for s, t in
+                    done[["system", "temperature"]].itertuples(index=False)})
+    present = [t for t in tasks if t in set(done["task"])]
+    served, offline, ones = [], [], []
+    for task in present:
+        sub = done[done["task"] == task]
+        row_ids = sorted(sub["row_id"].unique())
+        per = sub.groupby(["system", "temperature", "row_id"])[["tau_served", "tau_hat"]]
+        sums, n = per.sum(), per.size()
+        grid = [[(s, t, r) for r in row_ids] for s, t in cells]
+        pick = lambda frame: torch.tensor([[float(frame.get(k, 0.0)) for k in line]  # noqa: E731
+                                           for line in grid], dtype=torch.float64)
+        served.append(pick(sums["tau_served"]))
+        offline.append(pick(sums["tau_hat"]))
+        ones.append(pick(n))
+    counts = task_row_counts([o.shape[1] for o in ones], present, n_boot, seed)
+    labels = [(s, t, 0) for s, t in cells]
+    rows: list[dict[str, Any]] = []
+    for name, num in (("tau_matched", served), ("tau_offline", offline)):
+        est = accepted_length_by_task(num, ones, counts, level)
+        _emit(rows, name, est, present, labels)
+        _emit(rows, name, served_macro(est), ["macro"], labels)
+    for system, temp in cells:
+        sub = done[(done["system"] == system) & (done["temperature"] == temp)]
+        accepted = torch.tensor(sub["accepted"].astype(int).tolist())
+        tv = _matrix(sub["tv"])
+        test = acceptance_test(accepted, tv)
+        stats = [("accepted_observed", test.observed), ("accepted_expected", test.expected),
+                 ("accepted_sd", test.variance ** 0.5), ("rounds", float(len(sub)))]
+        if temp > 0:
+            every = rounds[(rounds["system"] == system) & (rounds["temperature"] == temp)]
+            stats += [("acceptance_z", test.z),
+                      ("lossless_z", lossless_z(torch.tensor(every["lossless_score"].tolist()),
+                                                torch.tensor(every["lossless_var"].tolist())))]
+        else:
+            agree = torch.cat([tv == 0, torch.zeros((len(sub), 1), dtype=torch.bool)], 1)
+            predicted = agree.long().argmin(1)          # the first slot whose argmaxes differ
+            stats.append(("greedy_agreement", float((predicted == accepted).double().mean())))
+        for stat, value in stats:
+            rows.append({"statistic": stat, "system": system, "task": "all",
+                         "temperature": temp, "concurrency": 0, "estimate": value,
+                         "lower": value, "upper": value})
     return pd.DataFrame(rows)

@@ -19,6 +19,25 @@ sum w_r n_r / sum w_r t_r.
 
 Arrays: per task, ``[cells, rows]`` with one cell per (system, setting) and the task's rows in
 a fixed order shared by all cells.
+
+Served against offline (App. H.3's check that the offline tau predicts the served one). A served
+request is a sequence of verification rounds r; round r drafts gamma slots after the committed
+prefix and accepts J_r of them. Replayed offline on the served continuation y (a draw from the
+target's law, whatever the drafter), the accept factors a_{r,j} = min(1, q_j(y_j) / p_j(y_j))
+give the offline prediction of the round's length,
+
+    tau_hat_r = 1 + sum_k prod_{j<=k} a_{r,j},     E[tau_hat_r | prefix] = E[J_r + 1 | prefix],
+
+and slot j of round r, reached when the slots before it were accepted, is accepted with
+probability alpha_{r,j} = 1 - TV(p_j, q_j) exactly (speculative sampling). The acceptance test
+compares the accepted drafts sum_r J_r with sum_r sum_{j <= min(J_r, gamma-1)} alpha_{r,j}, the
+trials' expected successes; the rounds' outcomes are martingale differences, so
+z = (observed - expected) / sqrt(sum alpha (1 - alpha)) is standard normal for a large count.
+
+Lossless: every token the engine returns is a draw from the target's p_i under exact speculative
+sampling, so s_i = log p_i(y_i) + H(p_i) has mean 0 and variance v_i = Var_{p_i}[log p_i];
+z = sum s_i / sqrt(sum v_i) tests it (a drafter-biased engine returns tokens the target finds
+unlikely, and z is far below 0).
 """
 
 from __future__ import annotations
@@ -31,8 +50,9 @@ from torch import Tensor
 
 from .aggregate import DEFAULT_BOOT_SEED, DEFAULT_N_BOOT, cluster_resample, percentile_interval
 
-__all__ = ["ServedEstimate", "accepted_length_by_task", "group_cells", "run_time_shares",
-           "served_macro", "speedup_by_task", "task_row_counts"]
+__all__ = ["AcceptanceTest", "ServedEstimate", "acceptance_test", "accepted_length_by_task",
+           "group_cells", "lossless_z", "round_accepted_length", "run_time_shares", "served_macro",
+           "speedup_by_task", "task_row_counts"]
 
 
 @dataclass(frozen=True)
@@ -138,3 +158,61 @@ def group_cells(stat: ServedEstimate, groups: Sequence[Sequence[int]]) -> Served
     reps = torch.stack([stat.replicates[:, :, list(g)].mean(2) for g in groups], 2)
     lo, hi = percentile_interval(reps, stat.level)
     return ServedEstimate(est, reps, lo, hi, stat.level)
+
+
+def round_accepted_length(p_tok: Tensor, q_tok: Tensor) -> Tensor:
+    """tau_hat_r = 1 + sum_k prod_{j<=k} min(1, q_j(y_j) / p_j(y_j)) per round: ``p_tok`` and
+    ``q_tok`` [rounds, gamma] are the target's and the proposal's probabilities of the served
+    continuation's tokens -> [rounds] (module docstring)."""
+    from .serving import accept_factors, accepted_length, survival_products
+
+    if p_tok.shape != q_tok.shape or p_tok.dim() != 2:
+        raise ValueError("p_tok and q_tok must both be [rounds, gamma]")
+    return accepted_length(survival_products(accept_factors(p_tok.double(), q_tok.double())))
+
+
+@dataclass(frozen=True)
+class AcceptanceTest:
+    """Served accepted drafts against the exact acceptance probabilities of their trials."""
+
+    trials: int
+    observed: float          # sum_r J_r
+    expected: float          # sum over trials of alpha_{r,j}
+    variance: float          # sum over trials of alpha (1 - alpha)
+
+    @property
+    def z(self) -> float:
+        return (self.observed - self.expected) / self.variance ** 0.5 if self.variance > 0 \
+            else (0.0 if self.observed == self.expected else float("inf"))
+
+
+def acceptance_test(accepted: Tensor, tv: Tensor) -> AcceptanceTest:
+    """The module docstring's test from the served rounds' accepted drafts J_r ``accepted``
+    [rounds] and TV(p_j, q_j) along the accepted prefix ``tv`` [rounds, gamma]: slot j of round
+    r is a trial when j <= J_r (j < gamma), a success when j < J_r."""
+    acc = accepted.long()
+    gamma = tv.shape[-1]
+    if tv.dim() != 2 or acc.shape != tv.shape[:1]:
+        raise ValueError("accepted must be [rounds] and tv [rounds, gamma]")
+    if (acc < 0).any() or (acc > gamma).any():
+        raise ValueError(f"accepted drafts must lie in [0, {gamma}]")
+    slots = torch.arange(gamma)
+    trial = slots[None, :] <= acc[:, None]
+    alpha = (1.0 - tv.double()).clamp(0.0, 1.0)
+    if torch.isnan(alpha[trial]).any():
+        raise ValueError("a trial's TV is missing (NaN)")
+    alpha = torch.where(trial, alpha, torch.zeros_like(alpha))
+    return AcceptanceTest(trials=int(trial.sum()), observed=float(acc.sum()),
+                          expected=float(alpha.sum()),
+                          variance=float((alpha * (1 - alpha)).sum()))
+
+
+def lossless_z(score: Tensor, variance: Tensor) -> float:
+    """z = sum s_i / sqrt(sum v_i) of the module docstring's lossless test from per-token (or
+    per-round summed) scores s = log p(y) + H(p) and variances v = Var_p[log p]; NaN entries
+    (rounds without a law, temperature 0) are skipped."""
+    keep = ~(torch.isnan(score) | torch.isnan(variance))
+    total = float(variance[keep].double().sum())
+    if total <= 0:
+        return float("nan")
+    return float(score[keep].double().sum()) / total ** 0.5

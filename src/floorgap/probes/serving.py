@@ -74,6 +74,7 @@ class EngineSpec:
     port: int = 8000
     max_model_len: int = 4096
     startup_timeout_s: float = 900.0
+    draft_sampling: str = "greedy"   # vLLM's draft_sample_method: greedy | probabilistic
     extra_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -83,6 +84,9 @@ class EngineSpec:
         if self.kind is not None and self.kind not in methods:
             raise StageError(f"{self.engine} cannot serve a {self.kind!r} drafter; it serves "
                              f"{sorted(methods)}")
+        if self.draft_sampling not in ("greedy", "probabilistic"):
+            raise StageError(f"unknown draft sampling {self.draft_sampling!r}; use greedy or "
+                             "probabilistic")
         if self.engine == "sglang" and not self.device.startswith("cuda"):
             raise StageError("SGLang runs DFLASH/DSPARK on CUDA only: set serving.engine: vllm "
                              "for a CPU target")
@@ -105,13 +109,13 @@ def engine_command(spec: EngineSpec) -> tuple[list[str], dict[str, str]]:
             cmd += ["--enforce-eager", "--gpu-memory-utilization", "0.25"]
         if spec.kind is not None:
             model = spec.target_dir if spec.kind == "target" else spec.drafter_dir
-            # probabilistic: the draft token is sampled from q and q enters the acceptance
-            # test, as the evaluation probe scores it (vLLM's default drafts the argmax)
+            # greedy (vLLM's default) proposes argmax q as a one-hot proposal; probabilistic
+            # samples from q and verifies with min(1, p/q) (serving.draft_sampling)
             cfg = {"method": VLLM_METHODS[spec.kind], "model": model,
                    "num_speculative_tokens": int(spec.gamma),
-                   "draft_sample_method": "probabilistic"}
+                   "draft_sample_method": spec.draft_sampling}
             cmd += ["--speculative-config", json.dumps(cfg),
-                    "--per-request-spec-decode-metrics", "summary"]
+                    "--per-request-spec-decode-metrics", "detailed"]
     else:
         cmd = [spec.python, "-m", "sglang.launch_server", "--model-path", spec.target_dir,
                "--dtype", spec.dtype, "--port", str(spec.port), "--host", "127.0.0.1",
@@ -212,6 +216,9 @@ class ServedRequest:
     ttft_s: float                # send to first generated token
     finish_reason: str
     token_ids: list[int] = field(default_factory=list)
+    # accepted drafts of each verification round in order (vLLM's detailed metrics; empty for
+    # AR and for engines that report only totals): the offline replay's round boundaries
+    step_accepted: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -277,7 +284,8 @@ def _vllm_request(base_url: str, row: ServingRow, temperature: float, seed: int,
             "verified": (int(spec["num_spec_steps"]) + int(spec.get("num_accepted_draft_tokens", 0))
                          if spec.get("num_spec_steps") is not None else None),
             "accepted": int(spec.get("num_accepted_draft_tokens", 0)),
-            "drafted": int(spec.get("num_draft_tokens", 0)), "finish": finish}
+            "drafted": int(spec.get("num_draft_tokens", 0)),
+            "steps": [int(a) for a in spec.get("per_step_accepted") or []], "finish": finish}
 
 
 def _sglang_request(base_url: str, row: ServingRow, temperature: float, seed: int,
@@ -304,7 +312,8 @@ def _sglang_request(base_url: str, row: ServingRow, temperature: float, seed: in
             "prompt_tokens": int(meta.get("prompt_tokens", len(row.prompt_ids))),
             "completion_tokens": completion, "spec_steps": verify, "verified": completion,
             "accepted": int(meta.get("spec_accept_token_num", 0) or 0),
-            "drafted": int(meta.get("spec_draft_token_num", 0) or 0), "finish": finish}
+            "drafted": int(meta.get("spec_draft_token_num", 0) or 0), "steps": [],
+            "finish": finish}
 
 
 def serve_run(spec: EngineSpec, *, target: str, system: str, task: str,
@@ -344,7 +353,8 @@ def serve_run(spec: EngineSpec, *, target: str, system: str, task: str,
             verify_steps=int(steps) if drafting else r["completion_tokens"],
             verified_tokens=int(r["verified"]) if drafting else r["completion_tokens"],
             accepted_drafts=r["accepted"], draft_tokens=r["drafted"], latency_s=r["latency"],
-            ttft_s=r["ttft"], finish_reason=r["finish"], token_ids=list(r["tokens"])))
+            ttft_s=r["ttft"], finish_reason=r["finish"], token_ids=list(r["tokens"]),
+            step_accepted=list(r["steps"])))
     run = ServedRun(target=target, system=system, engine=spec.engine, task=task,
                     temperature=float(temperature), concurrency=int(concurrency),
                     requests=len(rows), completion_tokens=sum(q.completion_tokens

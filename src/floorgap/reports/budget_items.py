@@ -20,13 +20,11 @@ from typing import Any
 
 import pandas as pd
 
-from floorgap.reports.common import fmt, macro_name
+from floorgap.reports.common import fmt, item_figure, macro_name, save_item_figure
 from floorgap.reports.gap_items import (
     GapSummary,
     _ci,
     _epoch_of,
-    _figure,
-    _save,
     _table,
 )
 
@@ -91,7 +89,7 @@ def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
     last = max(int(c.split("_")[1]) for c in runs.columns if c.startswith("R_"))
     runs["recipe"] = runs.apply(_recipe, axis=1)
     final = runs["epoch"] == runs["epochs"]
-    fig, axes = _figure(spec, 2)
+    fig, axes = item_figure(spec, 2)
     colours: dict[str, Any] = {}
     # one solid line per recipe through each drafter's final epoch, dashed for earlier epochs
     curves = [(recipe, "final epoch", grp) for recipe, grp in runs[final].groupby("recipe")]
@@ -109,7 +107,7 @@ def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
         ax.set_xlabel("training blocks")
         ax.set_ylabel(f"held-out risk at slot {k}")
     axes[1].legend(fontsize="x-small")
-    _save(fig, "figE_drafter_learning", out_dir, spec)
+    save_item_figure(fig, "figE_drafter_learning", out_dir, spec)
     finals = runs[final]
     best = finals.loc[finals[f"R_{last}"].idxmin()]
     # how fast the best recipe's final-epoch risk falls over its last stretch of data

@@ -128,6 +128,37 @@ def save_figure(fig: Any, name: str, *, fig_dir: str | Path = "figures", dpi: in
             fig.savefig(tmp, format=ext, dpi=dpi, bbox_inches="tight", metadata=meta)
 
 
+def item_figure(spec: Mapping[str, Any], ncols: int = 1) -> tuple[Any, list[Any]]:
+    """A figure of ``ncols`` panels in one row, styled from the config's ``figures`` options
+    (font size, width per column pair, height): ``(fig, axes)``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    size = float(spec.get("font_size", 8))
+    plt.rcParams.update({
+        "font.size": size, "axes.labelsize": size, "axes.titlesize": size,
+        "legend.fontsize": size - 1, "xtick.labelsize": size - 1, "ytick.labelsize": size - 1,
+        "axes.spines.top": False, "axes.spines.right": False, "axes.linewidth": 0.6,
+        "lines.linewidth": 1.2, "lines.markersize": 3.5, "legend.frameon": False,
+        "pdf.fonttype": 42, "svg.hashsalt": "floorgap",
+    })
+    width = float(spec.get("width_in", 3.4)) * (1 if ncols == 1 else 2)
+    fig, axes = plt.subplots(1, ncols, figsize=(width, float(spec.get("height_in", 2.4))),
+                             squeeze=False)
+    return fig, list(axes[0])
+
+
+def save_item_figure(fig: Any, name: str, out_dir: Path, spec: Mapping[str, Any]) -> None:
+    """Lay out, save (:func:`save_figure`, at the config's dpi) and close an item's figure."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout(pad=0.3)
+    save_figure(fig, name, fig_dir=out_dir, dpi=int(spec.get("dpi", 200)))
+    plt.close(fig)
+
+
 class LongSummary:
     """A long-format analysis summary (one row per statistic x scope x slot) and its metadata.
 

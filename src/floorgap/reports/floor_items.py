@@ -24,8 +24,9 @@ from floorgap.reports.common import (
     fmt_interval,
     fmt_pct,
     fmt_pct_interval,
+    item_figure,
     macro_name,
-    save_figure,
+    save_item_figure,
     write_table,
 )
 
@@ -108,30 +109,8 @@ def _count(value: float) -> str:
 # -- figures ------------------------------------------------------------------------------------
 
 def _figure(spec: Mapping[str, Any]):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    size = float(spec.get("font_size", 8))
-    plt.rcParams.update({
-        "font.size": size, "axes.labelsize": size, "axes.titlesize": size,
-        "legend.fontsize": size - 1, "xtick.labelsize": size - 1, "ytick.labelsize": size - 1,
-        "axes.spines.top": False, "axes.spines.right": False, "axes.linewidth": 0.6,
-        "lines.linewidth": 1.2, "lines.markersize": 3.5, "legend.frameon": False,
-        "pdf.fonttype": 42, "svg.hashsalt": "floorgap",
-    })
-    fig, ax = plt.subplots(figsize=(float(spec.get("width_in", 3.4)),
-                                    float(spec.get("height_in", 2.4))))
+    fig, (ax,) = item_figure(spec)
     return fig, ax
-
-
-def _save(fig, name: str, out_dir: Path, spec: Mapping[str, Any]) -> None:
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout(pad=0.3)
-    save_figure(fig, name, fig_dir=out_dir, dpi=int(spec.get("dpi", 200)))
-    plt.close(fig)
 
 
 def _common_values(s: FloorSummary) -> dict[str, str]:
@@ -185,7 +164,7 @@ def fig2_floor_by_slot(inputs: Mapping[str, Path], spec: Mapping[str, Any],
     ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper left",
               ncol=2, handlelength=1.5, columnspacing=0.8, borderaxespad=0.1,
               labelspacing=0.25)
-    _save(fig, "fig2_floor_by_slot", out_dir, spec)
+    save_item_figure(fig, "fig2_floor_by_slot", out_dir, spec)
     return {**_common_values(s), **_fig2_values(s)}
 
 
@@ -250,7 +229,7 @@ def fig3_floor_by_domain(inputs: Mapping[str, Path], spec: Mapping[str, Any],
     ax.set_xticks(slots)
     ax.set_ylim(0, 1.0)
     ax.legend(loc="lower right", handlelength=1.6, borderaxespad=0.2, labelspacing=0.25)
-    _save(fig, "fig3_floor_by_domain", out_dir, spec)
+    save_item_figure(fig, "fig3_floor_by_domain", out_dir, spec)
 
     last = s.last
     values: dict[str, str] = {}
@@ -312,7 +291,7 @@ def figD2_kmedian(inputs: Mapping[str, Path], spec: Mapping[str, Any],
     ax.set_ylim(0, 100)
     ax.legend(loc="upper right", handlelength=1.6, borderaxespad=0.2, labelspacing=0.25,
               title="prototypes (band: worst restart)", title_fontsize=ax.xaxis.label.get_size() - 1)
-    _save(fig, "figD2_kmedian", out_dir, spec)
+    save_item_figure(fig, "figD2_kmedian", out_dir, spec)
 
     last = s.last
     values: dict[str, str] = {}

@@ -28,8 +28,9 @@ from floorgap.reports.common import (
     fmt_interval,
     fmt_pct,
     fmt_pct_interval,
+    item_figure,
     macro_name,
-    save_figure,
+    save_item_figure,
     write_table,
 )
 
@@ -87,11 +88,28 @@ class GapSummary(LongSummary):
             raise ValueError(f"{self.path} has no variant {variant!r} (has {self.variants})")
 
 
-
 def _summary(inputs: Mapping[str, Path]) -> GapSummary:
     if "summary" not in inputs:
         raise ValueError("this item needs --summary (the gaps summary parquet)")
     return GapSummary(inputs["summary"])
+
+
+def _served_taus(inputs: Mapping[str, Path]) -> dict[str, pd.Series]:
+    """Served tau at temperature 1 (the evaluation law the offline tau is computed under; task
+    macro, mean over concurrency) of every system in the serving summary, when the item was
+    given one (``served``): system -> summary row. Empty without it or without T = 1."""
+    if "served" not in inputs:
+        return {}
+    from floorgap.reports.serving_items import ServingSummary
+
+    served = ServingSummary(inputs["served"])
+    if 1.0 not in served.temperatures:
+        return {}
+    return {v: served.row("tau", v, "macro", 1.0, 0) for v in served.systems}
+
+
+def _served_cell(served: Mapping[str, pd.Series], name: str) -> str:
+    return fmt(served[name]["estimate"], 3) if name in served else "--"
 
 
 def _names(spec: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -329,7 +347,8 @@ def _epoch_of(label: str) -> tuple[str, int] | None:
 def table10_trajectory(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
                        ) -> dict[str, str]:
     """Table 10: accepted length tau after every epoch of one training run (the offline tau of
-    the evaluation probe on the floor paths), per trajectory variant."""
+    the evaluation probe on the floor paths), per trajectory variant, and the final weights'
+    served tau at T = 1 where the serving benchmark served the variant ("--" otherwise)."""
     s = _summary(inputs)
     runs: dict[str, dict[int, str]] = {}
     for label in s.variants:
@@ -341,32 +360,40 @@ def table10_trajectory(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
                          "summary?)")
     n_epochs = max(max(e) for e in runs.values())
     epochs = list(range(1, n_epochs + 1))
+    served = _served_taus(inputs)
     rows, csv, values = [], [], {}
     for v, by_epoch in sorted(runs.items()):
         taus = [s.get("tau", by_epoch[e]) if e in by_epoch else math.nan for e in epochs]
-        rows.append([_label(v), *[fmt(t, 3) for t in taus]])
+        # the served drafter is the variant's final weights: its last epoch
+        rows.append([_label(v), *[fmt(t, 3) for t in taus], _served_cell(served, v)])
         rows.append(["95\\% CI", *[_ci(s, "tau", by_epoch[e]) if e in by_epoch else "--"
-                                     for e in epochs]])
+                                     for e in epochs],
+                     fmt_interval(served[v]["lower"], served[v]["upper"])
+                     if v in served else "--"])
         for e, label in sorted(by_epoch.items()):
             csv.append({"variant": v, "epoch": e, "tau": s.get("tau", label),
                         "lower": s.get("tau", label, field="lower"),
                         "upper": s.get("tau", label, field="upper"),
                         "R_self_last": s.get("R_self_all", label, s.last),
-                        "n_anchors": s.get("tau", label, field="n_anchors")})
+                        "n_anchors": s.get("tau", label, field="n_anchors"),
+                        "served_tau": served[v]["estimate"] if v in served and e == max(by_epoch)
+                        else math.nan})
         done = [e for e in epochs if e in by_epoch]
         first, last = s.get("tau", by_epoch[done[0]]), s.get("tau", by_epoch[done[-1]])
         values[macro_name(_stem(spec, v), "trajectory", "tau", "first")] = fmt(first, 2)
         values[macro_name(_stem(spec, v), "trajectory", "tau", "last")] = fmt(last, 2)
         values[macro_name(_stem(spec, v), "trajectory", "epochs")] = str(done[-1])
         values[macro_name(_stem(spec, v), "trajectory", "gain")] = _signed(last - first, 3)
-    _table(rows, ["Epoch", *map(str, epochs)], "table10_trajectory", out_dir, csv)
+    _table(rows, ["Epoch", *map(str, epochs), "Served ($T=1$)"], "table10_trajectory", out_dir,
+           csv)
     return values
 
 
 def table13_components(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
                        ) -> dict[str, str]:
     """Table 13: accepted length of the one-epoch component arms and the paired change from
-    the baseline arm (``spec["baseline"]``; ``spec["arms"]`` orders the rows)."""
+    the baseline arm (``spec["baseline"]``; ``spec["arms"]`` orders the rows), and each arm's
+    served tau at T = 1 where the serving benchmark served it ("--" otherwise)."""
     s = _summary(inputs)
     if "baseline" not in spec:
         raise ValueError("the item's spec lacks the baseline arm (drafters.components.baseline)")
@@ -375,26 +402,28 @@ def table13_components(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
     arms = [str(a) for a in spec.get("arms", s.variants)]
     for a in arms:
         s.require(a)
+    served = _served_taus(inputs)
     rows, csv, values = [], [], {}
     for a in arms:
         pair = f"{a}-{base}"
         tau = s.get("tau", a)
         diff = math.nan if a == base else s.get("diff_tau", pair)
         rows.append([_label(a), fmt(tau, 3), "--" if a == base else _signed(diff, 3),
-                     "--" if a == base else _ci(s, "diff_tau", pair)])
+                     "--" if a == base else _ci(s, "diff_tau", pair), _served_cell(served, a)])
         csv.append({"arm": a, "baseline": base, "tau": tau,
                     "tau_lower": s.get("tau", a, field="lower"),
                     "tau_upper": s.get("tau", a, field="upper"), "change": diff,
                     "change_lower": s.get("diff_tau", pair, field="lower"),
                     "change_upper": s.get("diff_tau", pair, field="upper"),
-                    "n_anchors": s.get("tau", a, field="n_anchors")})
+                    "n_anchors": s.get("tau", a, field="n_anchors"),
+                    "served_tau": served[a]["estimate"] if a in served else math.nan})
         values[macro_name("components", a, "tau")] = fmt(tau, 2)
         if a != base:
             values[macro_name("components", a, "change")] = _signed(diff, 3)
     best = max(arms, key=lambda a: s.get("tau", a))
     values[macro_name("components", "best")] = _label(best)
     _table(rows, ["One-epoch configuration", "Accepted length", "Change from baseline",
-                  "95\\% CI"], "table13_components", out_dir, csv)
+                  "95\\% CI", "Served ($T=1$)"], "table13_components", out_dir, csv)
     return values
 
 
@@ -449,33 +478,6 @@ def tableF6_sweeps(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir:
 
 # -- figures ------------------------------------------------------------------------------------
 
-def _figure(spec: Mapping[str, Any], ncols: int):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    size = float(spec.get("font_size", 8))
-    plt.rcParams.update({
-        "font.size": size, "axes.labelsize": size, "axes.titlesize": size,
-        "legend.fontsize": size - 1, "xtick.labelsize": size - 1, "ytick.labelsize": size - 1,
-        "axes.spines.top": False, "axes.spines.right": False, "axes.linewidth": 0.6,
-        "lines.linewidth": 1.2, "lines.markersize": 3.5, "legend.frameon": False,
-        "pdf.fonttype": 42, "svg.hashsalt": "floorgap",
-    })
-    width = float(spec.get("width_in", 3.4)) * (1 if ncols == 1 else 2)
-    fig, axes = plt.subplots(1, ncols, figsize=(width, float(spec.get("height_in", 2.4))),
-                             squeeze=False)
-    return fig, list(axes[0])
-
-
-def _save(fig, name: str, out_dir: Path, spec: Mapping[str, Any]) -> None:
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout(pad=0.3)
-    save_figure(fig, name, fig_dir=out_dir, dpi=int(spec.get("dpi", 200)))
-    plt.close(fig)
-
 
 def _stack(ax, ks: list[int], parts: list[tuple[str, np.ndarray]], title: str) -> None:
     bottom = np.zeros(len(ks))
@@ -498,13 +500,13 @@ def fig4_drafter_decomposition(inputs: Mapping[str, Path], spec: Mapping[str, An
     s.require(v0)
     s.require(v1)
     ks = s.slots
-    fig, (left, right) = _figure(spec, 2)
+    fig, (left, right) = item_figure(spec, 2)
     _stack(left, ks, [("floor $T^{(0)}$", s.series("T0", v0, ks)[0]),
                       ("gap $G^{(0)}$", s.series("G0", v0, ks)[0])], _label(v0))
     _stack(right, ks, [("floor $T^{(1)}$", s.series("T1", v1, ks)[0]),
                        ("gap $G^{(1)}$", s.series("G1", v1, ks)[0]),
                        ("exposure", s.series("exposure", v1, ks)[0])], _label(v1))
-    _save(fig, "fig4_drafter_decomposition", out_dir, spec)
+    save_item_figure(fig, "fig4_drafter_decomposition", out_dir, spec)
     L = s.last
     return {
         macro_name("fig", "four", "dflash", "gap", "last"): fmt(s.get("G0", v0, L), 2),
@@ -528,7 +530,7 @@ def fig6_slot_priority(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
     v0, v1, _ = _names(spec)
     variants = _baseline_variants(s, spec)
     ks = s.slots
-    fig, (left, right) = _figure(spec, 2)
+    fig, (left, right) = item_figure(spec, 2)
     values = {}
     for v in variants:
         gap = "G0" if v == v0 else "G1"
@@ -543,7 +545,7 @@ def fig6_slot_priority(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
         ax.set_xlabel("slot $k$")
         ax.set_xticks(ks)
         ax.legend()
-    _save(fig, "fig6_slot_priority", out_dir, spec)
+    save_item_figure(fig, "fig6_slot_priority", out_dir, spec)
     return values
 
 
@@ -555,7 +557,7 @@ def fig7_prefix_attention(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
     s.require(v1)
     s.require(vo)
     ks = s.slots
-    fig, axes = _figure(spec, 3)
+    fig, axes = item_figure(spec, 3)
     for ax, (stat, title) in zip(axes, (("G1", "model gap $G^{(1)}$"),
                                         ("exposure", "exposure"),
                                         ("R_self", "$R^{\\mathrm{self}}$")), strict=True):
@@ -565,7 +567,7 @@ def fig7_prefix_attention(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
         ax.set_xlabel("slot $k$")
         ax.set_xticks(ks)
     axes[0].legend()
-    _save(fig, "fig7_prefix_attention", out_dir, spec)
+    save_item_figure(fig, "fig7_prefix_attention", out_dir, spec)
     pair = f"{vo}-{v1}"
     L = s.last
     return {

@@ -103,6 +103,7 @@ ITEMS: tuple[ReportItem, ...] = (
     _row("table1_serving", "table", "serving", "Serving", "serving_items"),
     _row("table9_serving_per_task", "table", "serving", "Serving", "serving_items"),
     _row("table11_concurrency", "table", "serving", "Serving", "serving_items"),
+    _row("figH_served_vs_offline", "figure", "serving", "Serving", "serving_items"),
 )
 
 

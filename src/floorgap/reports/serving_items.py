@@ -1,4 +1,5 @@
-"""Paper items of the serving benchmark: Table 1, Table 9 (App. H.3) and Table 11 (App. H.4).
+"""Paper items of the serving benchmark: Table 1, Table 9 (App. H.3), Table 11 (App. H.4) and
+Fig. H (served against offline-predicted accepted length on the same rounds).
 
 All read ``results/<target>/serving_summary/summary.parquet`` (floorgap.analysis.serving):
 ``tau`` and ``speedup`` by system, task, temperature and concurrency (concurrency 0: tau
@@ -17,9 +18,17 @@ from typing import Any
 import pandas as pd
 
 from floorgap.records import read_metadata, read_table
-from floorgap.reports.common import fmt, fmt_interval, macro_name, write_table
+from floorgap.reports.common import (
+    fmt,
+    fmt_interval,
+    item_figure,
+    macro_name,
+    save_item_figure,
+    write_table,
+)
 
-__all__ = ["table1_serving", "table9_serving_per_task", "table11_concurrency"]
+__all__ = ["figH_served_vs_offline", "table1_serving", "table9_serving_per_task",
+           "table11_concurrency"]
 
 AR = "ar"
 
@@ -33,7 +42,7 @@ class ServingSummary:
         need = {"statistic", "system", "task", "temperature", "concurrency", "estimate"}
         if not need <= set(self.df.columns):
             raise ValueError(f"{path}: not a serving summary (columns {sorted(self.df.columns)})")
-        stats = self.df[self.df["statistic"] != "rows"]
+        stats = self.df[self.df["statistic"].isin(("tau", "speedup"))]
         self.systems = [s for s in dict.fromkeys(stats["system"]) if s != AR]
         self.temperatures = sorted(set(stats["temperature"].astype(float)))
         self.levels = sorted(c for c in set(stats["concurrency"].astype(int)) if c > 0)
@@ -73,7 +82,8 @@ def _label(name: str) -> str:
 
 def _long(s: ServingSummary, tasks: list[str], concs: list[int]) -> list[dict]:
     df = s.df
-    keep = df["task"].isin(tasks) & df["concurrency"].isin(concs) & (df["statistic"] != "rows")
+    keep = df["task"].isin(tasks) & df["concurrency"].isin(concs) & \
+        df["statistic"].isin(("tau", "speedup"))
     return df[keep].to_dict("records")
 
 
@@ -154,3 +164,73 @@ def table11_concurrency(inputs: Mapping[str, Path], spec: Mapping[str, Any], out
     write_table(pd.DataFrame(_long(s, ["macro"], s.levels)), "table11_concurrency",
                 tex_dir=out_dir, latex=pd.DataFrame(rows, columns=header))
     return {macro_name("serving", "levels"): ", ".join(map(str, s.levels))}
+
+
+def _temp_name(t: float) -> str:
+    return f"t{t:g}".replace(".", "p")
+
+
+def figH_served_vs_offline(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                           ) -> dict[str, str]:
+    """Fig. H: per served drafter, each task's served accepted length against the offline
+    prediction from accept factors on the same rounds (serving_replay), one marker per
+    temperature, with row-bootstrap intervals and the identity line; the panel title gives the
+    exact acceptance test's z (T > 0) and the share of rounds the greedy replay reproduces
+    (T = 0). An engine without per-round counts leaves its panel empty and
+    says so."""
+    s = ServingSummary(inputs["summary"])
+    df = s.df
+    replayed = set(df.loc[df["statistic"] == "tau_matched", "system"])
+    fig, axes = item_figure(spec, len(s.systems))
+    values: dict[str, str] = {}
+    for ax, v in zip(axes, s.systems, strict=True):
+        ax.set_title(v)
+        if v not in replayed:
+            for t in s.temperatures:     # the paper's sentences still compile: "--"
+                for stat in ("z", "lossless", "agreement", "tau_matched", "tau_offline",
+                             "rounds"):
+                    values[macro_name("served", "offline", v, _temp_name(t), stat)] = "--"
+            ax.text(0.5, 0.5, "no per-round counts\nfrom this engine", ha="center",
+                    va="center", transform=ax.transAxes)
+            ax.set_axis_off()
+            continue
+        lo_hi: list[float] = []
+        zs = []
+        for t, marker in zip(s.temperatures, "os^v", strict=False):
+            off = [s.row("tau_offline", v, task, t, 0) for task in s.tasks]
+            srv = [s.row("tau_matched", v, task, t, 0) for task in s.tasks]
+            x = [r["estimate"] for r in off]
+            y = [r["estimate"] for r in srv]
+            ax.errorbar(x, y, xerr=[[r["estimate"] - r["lower"] for r in off],
+                                    [r["upper"] - r["estimate"] for r in off]],
+                        yerr=[[r["estimate"] - r["lower"] for r in srv],
+                              [r["upper"] - r["estimate"] for r in srv]],
+                        fmt=marker, capsize=1.5, elinewidth=0.6, label=f"T={t:g}")
+            lo_hi += [min(r["lower"] for r in off + srv), max(r["upper"] for r in off + srv)]
+            name = _temp_name(t)
+            if t > 0:
+                z = s.row("acceptance_z", v, "all", t, 0)["estimate"]
+                lossless = s.row("lossless_z", v, "all", t, 0)["estimate"]
+                zs.append(f"T={t:g}: z={z:+.1f}")
+                values[macro_name("served", "offline", v, name, "z")] = f"{z:+.2f}"
+                values[macro_name("served", "offline", v, name, "lossless")] = f"{lossless:+.2f}"
+            else:
+                agree = s.row("greedy_agreement", v, "all", t, 0)["estimate"]
+                zs.append(f"T={t:g}: {100 * agree:.1f}% rounds equal")
+                values[macro_name("served", "offline", v, name, "agreement")] = fmt(
+                    100 * agree, 1)
+            for stat in ("tau_matched", "tau_offline"):
+                values[macro_name("served", "offline", v, name, stat)] = fmt(
+                    s.row(stat, v, "macro", t, 0)["estimate"], 3)
+            values[macro_name("served", "offline", v, name, "rounds")] = str(
+                int(s.row("rounds", v, "all", t, 0)["estimate"]))
+        lim = (min(lo_hi) - 0.02, max(lo_hi) + 0.02)
+        ax.plot(lim, lim, color="0.6", linewidth=0.6, zorder=0)
+        ax.set_xlim(lim)
+        ax.set_ylim(lim)
+        ax.set_xlabel("offline $\\hat\\tau$ (accept factors)")
+        ax.set_ylabel("served $\\tau$")
+        ax.set_title(f"{v}; " + "; ".join(zs))
+        ax.legend()
+    save_item_figure(fig, "figH_served_vs_offline", out_dir, spec)
+    return values

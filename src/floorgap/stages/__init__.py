@@ -22,6 +22,7 @@ STAGES: dict[str, str] = {
     "export": "one trained drafter as a checkpoint folder that serving engines load",
     "serving_rows": "the serving benchmark's rows: nine tasks, disjoint from other prompts",
     "serving": "one system (AR or a drafter) served in a real engine over the benchmark rows",
+    "serving_replay": "each served round of a drafter replayed offline: accept factors and TV",
     "serving_summary": "served accepted length and speedup by task, temperature, concurrency",
     "report": "one paper figure or table (and its values fragment) from analysis summaries",
     "values": "concatenate the items' values fragments into paper/values.tex",

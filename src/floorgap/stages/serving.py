@@ -79,7 +79,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
                         gamma=int(spec["gamma"]), kind=kind,
                         drafter_dir=str(args.drafter_dir.absolute()) if args.drafter_dir else None,
                         port=int(cfg["port"]), max_model_len=int(cfg["max_model_len"]),
-                        startup_timeout_s=float(cfg.get("startup_timeout_s", 900)))
+                        startup_timeout_s=float(cfg.get("startup_timeout_s", 900)),
+                        draft_sampling=str(cfg.get("draft_sampling", "greedy")))
     table = read_table(args.rows)
     tasks = list(dict.fromkeys(table["task"]))
     rows = {t: [ServingRow(t, str(r.row_id), tuple(int(i) for i in r.prompt_ids))
@@ -110,6 +111,7 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
             "kind": kind, "engine": cfg["engine"], "device": target["device"],
             "dtype": engine.dtype, "gamma": int(spec["gamma"]), "rows": str(args.rows),
             "max_tokens": int(cfg["max_tokens"]), "drafter_dir": engine.drafter_dir,
+            "draft_sampling": engine.draft_sampling if cfg["engine"] == "vllm" else "engine",
             "note": "CPU timings: speedups are not comparable to the paper's GPU numbers"
                     if not target["device"].startswith("cuda") else None}
     write_table(args.out_requests, pd.DataFrame([asdict(q) for q in requests]), meta)

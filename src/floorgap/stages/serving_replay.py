@@ -1,0 +1,83 @@
+"""``floorgap serving_replay --spec JSON --model-dir DIR --rows ROWS --requests R
+--drafter-dir DIR --out ROUNDS``
+
+Every verification round a drafter system ran in the engine, replayed offline (see
+floorgap.probes.serving_replay): the same target and the same exported folder the engine loaded
+(imported by floorgap.models.engine_formats), and per round the engine's accepted drafts with
+p and q of the served continuation's tokens and TV(p_j, q_j) per slot. The spec holds
+``target`` (config entry), ``system`` (``name``, ``kind``) and ``gamma``.
+
+An engine that reports no per-round counts (SGLang reports totals) leaves nothing to replay:
+the stage then writes an empty record that says so, and the summary has no offline rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import asdict, fields
+from pathlib import Path
+
+from floorgap.stages._cli import add_files, stage_parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = stage_parser("floorgap serving_replay",
+                          "Replay a drafter's served rounds offline (accept factors, TV).")
+    parser.add_argument("--model-dir", required=True, type=Path)
+    parser.add_argument("--drafter-dir", required=True, type=Path,
+                        help="the exported folder the engine served")
+    add_files(parser, "--rows", "--requests", "--out")
+    return parser
+
+
+def main(args: argparse.Namespace, logger: logging.Logger) -> None:
+    import pandas as pd
+
+    from floorgap.errors import StageError
+    from floorgap.models.targets import load_target
+    from floorgap.probes.drafter_eval import load_drafters
+    from floorgap.probes.serving_replay import ReplayRound, replay_request
+    from floorgap.progress import progress
+    from floorgap.records import read_metadata, read_table, write_table
+
+    spec = args.spec
+    target, system, gamma = spec["target"], spec["system"], int(spec["gamma"])
+    requests = read_table(args.requests)
+    engine = read_metadata(args.requests).get("engine")
+    prompts = {str(r.row_id): [int(i) for i in r.prompt_ids]
+               for r in read_table(args.rows).itertuples()}
+    meta = {"stage": "serving_replay", "target": target["name"], "system": system["name"],
+            "engine": engine, "gamma": gamma, "drafter_dir": str(args.drafter_dir),
+            "requests": str(args.requests)}
+    counted = requests["step_accepted"].map(len) > 0 if "step_accepted" in requests else None
+    if counted is None or not counted.any():
+        logger.warning("%s reported no per-round accepted counts: nothing to replay", engine)
+        empty = pd.DataFrame(columns=[f.name for f in fields(ReplayRound)])
+        write_table(args.out, empty, {**meta, "note": "the engine reports no per-round counts"})
+        return
+    if not counted.all():
+        raise StageError(f"{args.requests}: {int((~counted).sum())} of {len(requests)} requests "
+                         "lack per-round counts; rerun the serving stage")
+    # records written before the option existed were served with probabilistic drafts
+    draft_sampling = str(read_metadata(args.requests).get("draft_sampling", "probabilistic"))
+    meta["draft_sampling"] = draft_sampling
+    model, _ = load_target(args.model_dir, target["dtype"], target["device"])
+    drafter = load_drafters([args.drafter_dir], model, gamma)[0]
+    rounds: list[ReplayRound] = []
+    with progress(total=len(requests), desc=f"replay {system['name']}", unit="request") as bar:
+        for r in requests.itertuples():
+            if str(r.row_id) not in prompts:
+                raise StageError(f"{args.requests}: row {r.row_id} is not in {args.rows}")
+            labels = {"target": target["name"], "system": system["name"], "task": r.task,
+                      "row_id": str(r.row_id), "temperature": float(r.temperature),
+                      "concurrency": int(r.concurrency)}
+            rounds += replay_request(model, drafter, prompts[str(r.row_id)], list(r.token_ids),
+                                     list(r.step_accepted), temperature=float(r.temperature),
+                                     labels=labels, draft_sampling=draft_sampling)
+            bar.update(1)
+    table = pd.DataFrame([asdict(x) for x in rounds])
+    write_table(args.out, table, meta)
+    done = table[table["complete"]]
+    logger.info("replayed %d rounds of %d requests (%d complete)", len(table), len(requests),
+                len(done))

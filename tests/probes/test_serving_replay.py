@@ -1,0 +1,71 @@
+"""Served rounds replayed offline (floorgap.probes.serving_replay): the round boundaries from an
+engine's per-round counts, and each round's p, q and TV against the evaluation probe's own
+route (a prefilled cache and teacher forcing, the drafter's inputs built for that context)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from floorgap.errors import StageError
+from floorgap.probes.serving_replay import replay_request, round_starts
+
+
+def test_round_starts_follow_the_accepted_counts() -> None:
+    # prefill token, then rounds returning 3, 1 and 4 tokens: 9 tokens
+    assert round_starts([2, 0, 3], 9, gamma=4) == [1, 4, 5]
+    # the last round cut by the token limit: 8 tokens served of the 9 the rounds returned
+    assert round_starts([2, 0, 3], 8, gamma=4) == [1, 4, 5]
+    with pytest.raises(StageError, match="incomplete"):
+        round_starts([2, 0], 9, gamma=4)
+    with pytest.raises(StageError, match="do not belong"):
+        round_starts([2, 0, 3, 0], 8, gamma=4)
+    with pytest.raises(StageError, match="outside"):
+        round_starts([5], 7, gamma=4)
+
+
+@pytest.mark.parametrize("kind", ["dflash", "dspark"])
+def test_replay_equals_the_evaluation_probe_route(smoke_target, kind: str) -> None:
+    from floorgap.models.drafter_training import drafter_config
+    from floorgap.models.drafters import build_drafter
+    from floorgap.models.targets import load_target
+    from floorgap.probes.drafter_eval import drafter_inputs, target_path_probs
+    from floorgap.sampling import SamplingLaw
+
+    cfg, _, model_dir, _ = smoke_target
+    model, _ = load_target(model_dir)
+    gamma = int(cfg["anchors"]["gamma"])
+    torch.manual_seed(1)
+    dc = drafter_config({"kind": kind, "layers": 1}, cfg["drafters"]["taps"], gamma,
+                        model.config)
+    drafter = build_drafter(dc, model).eval()
+    g = torch.Generator().manual_seed(2)
+    prompt = torch.randint(5, 200, (6,), generator=g).tolist()
+    completion = torch.randint(5, 200, (20,), generator=g).tolist()
+    steps = [3, 0, 7, 1]        # with [2, 0]: rounds start at 1, 5, 6, 14, 16, 19
+    labels = {"target": "t", "system": kind, "task": "t", "row_id": "r", "temperature": 1.0,
+              "concurrency": 1}
+    rounds = replay_request(model, drafter, prompt, completion, steps + [2, 0],
+                            temperature=1.0, labels=labels)
+    assert [r.start for r in rounds] == [1, 5, 6, 14, 16, 19]
+    assert [r.complete for r in rounds] == [True, True, True, False, False, False]
+    law = SamplingLaw(1.0)
+    for r in rounds:
+        context = prompt + completion[:r.start]
+        avail = min(gamma, len(completion) - r.start)
+        path = completion[r.start:r.start + avail]
+        padded = path + [path[-1]] * (gamma - avail)
+        p = target_path_probs(model, context, torch.tensor([padded]), law=law,
+                              forward_batch=1)[:, 0]                          # [G, V]
+        feats, committed, mask = drafter_inputs(model, drafter, context)
+        q = law.probs(drafter.propose(feats, committed, torch.tensor([padded]), mask)[0])
+        for j in range(gamma):
+            if j >= avail:
+                assert math.isnan(r.tv[j]) and math.isnan(r.p_tok[j])
+                continue
+            assert r.p_tok[j] == pytest.approx(float(p[j, path[j]]), rel=1e-4, abs=1e-9)
+            assert r.q_tok[j] == pytest.approx(float(q[j, path[j]]), rel=1e-4, abs=1e-9)
+            tv = 0.5 * float((p[j] - q[j]).abs().sum())
+            assert r.tv[j] == pytest.approx(tv, rel=1e-4, abs=1e-6)

@@ -1,0 +1,30 @@
+# Every verification round a drafter ran in the engine, replayed offline on the same target and
+# the same exported folder (floorgap.probes.serving_replay): the accept factors and TV along the
+# served continuation, for the served-vs-offline check (App. H.3, figH_served_vs_offline).
+
+
+rule serving_replay:
+    """Per served round: the engine's accepted drafts, and per slot p and q of the served token
+    and TV(p_j, q_j)."""
+    input:
+        model=lambda w: model_dir(w.target),
+        rows="results/{target}/serving_rows/rows.parquet",
+        requests="results/{target}/serving/{system}/requests.parquet",
+        drafter=served_drafter,
+    output:
+        "results/{target}/serving_replay/{system}/rounds.parquet",
+    params:
+        spec=lambda w: as_json(W.serving_replay_spec(w.target, w.system)),
+    log:
+        f"{LOGS}/serving_replay/{{target}}/{{system}}.log",
+    threads: 1
+    resources:
+        mem_mb=8000,
+        runtime=60,
+        gpu=lambda w: W.gpus(w.target),
+    conda:
+        CONDA_ENV
+    shell:
+        "floorgap serving_replay --spec {params.spec:q} --model-dir {input.model}"
+        " --rows {input.rows} --requests {input.requests} --drafter-dir {input.drafter}"
+        " --out {output} --log {log} --threads {threads}"
