@@ -32,6 +32,9 @@ if ! .venv-serving/bin/python -c "import vllm" >/dev/null 2>&1; then
     $SERVING_PIP install --quiet -r envs/serving-requirements.txt
     $SERVING_PIP uninstall --quiet -y torchvision torchaudio torchcodec || true
 fi
+# The project without its dependencies, for its vLLM plugin (entry point vllm.general_plugins:
+# floorgap.engine_plugins mends the CPU build's sampling at temperature > 0).
+$SERVING_PIP install --quiet --no-deps -e .
 # LaTeX for paper/main.pdf, the end of the DAG.
 TEX_PACKAGES=(texlive-latex-base texlive-latex-extra latexmk)
 if ! command -v latexmk >/dev/null; then

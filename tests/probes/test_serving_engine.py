@@ -36,17 +36,16 @@ def test_vllm_command_serves_a_dflash_folder_with_per_request_counts() -> None:
     assert cmd[:3] == ["/py", "-m", "vllm.entrypoints.openai.api_server"] and env == {}
     spec = json.loads(cmd[cmd.index("--speculative-config") + 1])
     assert spec == {"method": "dflash", "model": "/d", "num_speculative_tokens": 7,
-                    "draft_sample_method": "greedy"}
+                    "draft_sample_method": "probabilistic"}
     assert "--per-request-spec-decode-metrics" in cmd and "--enforce-eager" in cmd
     assert cmd[cmd.index("--port") + 1] == "8123"
     ar, _ = engine_command(_spec())
     assert "--speculative-config" not in ar
     target, _ = engine_command(_spec(kind="target"))
     assert json.loads(target[target.index("--speculative-config") + 1])["model"] == "/t"
-    prob, _ = engine_command(_spec(kind="dflash", drafter_dir="/d",
-                                   draft_sampling="probabilistic"))
-    spec = json.loads(prob[prob.index("--speculative-config") + 1])
-    assert spec["draft_sample_method"] == "probabilistic"
+    greedy, _ = engine_command(_spec(kind="dflash", drafter_dir="/d", draft_sampling="greedy"))
+    spec = json.loads(greedy[greedy.index("--speculative-config") + 1])
+    assert spec["draft_sample_method"] == "greedy"
 
 
 def test_sglang_command_is_static_verification_on_cuda() -> None:
@@ -148,15 +147,59 @@ def test_vllm_speculation_is_exact_and_counts_verify_rounds(engine_inputs, serve
     ar, ar_run = _serve(model_dir, rows, gamma, tmp=tmp_path)[0.0]
     assert ar_run.requests == len(rows) and ar_run.wall_s > 0
     assert all(r.verify_steps == r.completion_tokens == r.verified_tokens for r in ar)
-    own, _ = _serve(model_dir, rows, gamma, kind="target", tmp=tmp_path)[0.0]
+    own_runs = _serve(model_dir, rows, gamma, kind="target", temperatures=(0.0, 1.0),
+                      tmp=tmp_path)
+    own, _ = own_runs[0.0]
     flash, _ = served_dflash[0.0]
     for a, o, f in zip(ar, own, flash):
         assert a.token_ids and a.token_ids == o.token_ids == f.token_ids
     tau_own = sum(r.verified_tokens for r in own) / sum(r.verify_steps for r in own)
     assert tau_own == gamma + 1
+    # temperature 1: q = p, so every sampled draft is accepted, and the text is the target's
+    # (this needs the project's vLLM plugin: without it the CPU build's sampler divides the
+    # target's logits by uninitialised temperatures)
+    sampled, _ = own_runs[1.0]
+    assert sum(r.verified_tokens for r in sampled) / sum(r.verify_steps for r in sampled) \
+        == gamma + 1
+    assert abs(_lossless_z(model_dir, rows, sampled)) < 4
     tau_flash = sum(r.verified_tokens for r in flash) / sum(r.verify_steps for r in flash)
     assert 1.0 <= tau_flash < 1.5
     assert all(r.draft_tokens == gamma * r.verify_steps for r in flash)
+
+
+def _lossless_z(model_dir, rows, requests) -> float:
+    from floorgap.estimators.served import lossless_z
+    from floorgap.models.targets import load_target
+    from floorgap.probes.serving_replay import request_lossless_terms
+
+    model, _ = load_target(model_dir)
+    prompts = {r.row_id: r.prompt_ids for r in rows}
+    terms = [request_lossless_terms(model, prompts[q.row_id], q.token_ids, q.temperature)
+             for q in requests]
+    return lossless_z(torch.tensor([t[0] for t in terms]), torch.tensor([t[1] for t in terms]))
+
+
+def test_the_plugin_mends_the_cpu_builds_token_expansion() -> None:
+    """In the engine's environment the project's vLLM plugin is installed (entry point
+    vllm.general_plugins) and, once vLLM loads its plugins, the CPU fallback that spreads each
+    request's temperature over its draft tokens writes a float32 buffer."""
+    import subprocess
+
+    if not SERVING_PYTHON.exists():
+        pytest.fail(f"{SERVING_PYTHON} is missing: `bash envs/install.sh` builds it")
+    code = ("import torch, vllm._C\n"
+            "from vllm.plugins import load_general_plugins\n"
+            "load_general_plugins()\n"
+            "from vllm.utils import cpu_triton_utils as c\n"
+            "out = torch.full((5,), -7.0)\n"
+            "c._expand_kernel_impl(out, torch.tensor([0.0, 0.7]),"
+            " torch.tensor([3, 5], dtype=torch.int32), 0, 1)\n"
+            "print(out.tolist())\n")
+    res = subprocess.run([str(SERVING_PYTHON), "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    values = json.loads(res.stdout.strip().splitlines()[-1])
+    assert values == pytest.approx([1.0, 1.0, 1.0, 0.7, 0.7])
 
 
 @pytest.mark.slow
@@ -164,10 +207,10 @@ def test_served_rounds_match_their_offline_replay(engine_inputs, served_dflash) 
     """The exported drafter's acceptance in the engine against the offline replay of the same
     rounds (floorgap.probes.serving_replay) on the project's import of the same folder: at
     temperature 0 every complete round accepts exactly the drafts whose argmax matches the
-    target's (greedy verification is deterministic); at temperature 1 (vLLM's default greedy
-    drafting: the one-hot proposal at argmax q) the accepted drafts agree with the exact trial
-    probabilities p_j(argmax q_j) within sampling error (|z| < 4), and the returned tokens are
-    draws from the target's law (lossless test, |z| < 4)."""
+    target's (greedy verification is deterministic); at temperature 1 (drafts sampled from q)
+    the accepted drafts agree with the exact trial probabilities 1 - TV(p_j, q_j) within
+    sampling error (|z| < 4), and the returned tokens are draws from the target's law
+    (lossless test, |z| < 4)."""
     from floorgap.estimators.served import acceptance_test, lossless_z
     from floorgap.models.targets import load_target
     from floorgap.probes.drafter_eval import load_trained_drafter
@@ -187,7 +230,7 @@ def test_served_rounds_match_their_offline_replay(engine_inputs, served_dflash) 
                                      labels={"target": "t", "system": "dflash", "task": "t",
                                              "row_id": q.row_id, "temperature": temperature,
                                              "concurrency": 2},
-                                     draft_sampling="greedy")
+                                     draft_sampling="probabilistic")
         replayed[temperature] = [r for r in rounds if r.complete]
         if temperature > 0:
             z = lossless_z(torch.tensor([r.lossless_score for r in rounds]),

@@ -74,7 +74,7 @@ class EngineSpec:
     port: int = 8000
     max_model_len: int = 4096
     startup_timeout_s: float = 900.0
-    draft_sampling: str = "greedy"   # vLLM's draft_sample_method: greedy | probabilistic
+    draft_sampling: str = "probabilistic"   # vLLM's draft_sample_method (or greedy)
     extra_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -109,8 +109,8 @@ def engine_command(spec: EngineSpec) -> tuple[list[str], dict[str, str]]:
             cmd += ["--enforce-eager", "--gpu-memory-utilization", "0.25"]
         if spec.kind is not None:
             model = spec.target_dir if spec.kind == "target" else spec.drafter_dir
-            # greedy (vLLM's default) proposes argmax q as a one-hot proposal; probabilistic
-            # samples from q and verifies with min(1, p/q) (serving.draft_sampling)
+            # probabilistic samples from q and verifies with min(1, p/q), as the offline probe
+            # scores q; greedy (vLLM's default) proposes argmax q as a one-hot proposal
             cfg = {"method": VLLM_METHODS[spec.kind], "model": model,
                    "num_speculative_tokens": int(spec.gamma),
                    "draft_sample_method": spec.draft_sampling}

@@ -46,7 +46,7 @@ from floorgap.errors import StageError
 from floorgap.estimators.barycentre import tv_distance
 from floorgap.sampling import SamplingLaw
 
-__all__ = ["ReplayRound", "round_starts", "replay_request"]
+__all__ = ["ReplayRound", "replay_request", "request_lossless_terms", "round_starts"]
 
 
 @dataclass
@@ -179,3 +179,19 @@ def _lossless_terms(p: Any, tokens: list[int]) -> tuple[float, float]:
     tok = torch.tensor(tokens, device=p.device)
     score = logp.gather(-1, tok[:, None])[:, 0] + h
     return float(score.sum()), float((second - h * h).sum())
+
+
+@torch.inference_mode()
+def request_lossless_terms(target: Any, prompt_ids: Sequence[int],
+                           completion_ids: Sequence[int], temperature: float
+                           ) -> tuple[float, float]:
+    """The lossless test's sums over every token of a served completion (module docstring),
+    for a request whose rounds are not replayed (AR decoding, the target drafting for itself).
+    Temperature > 0."""
+    device = next(target.parameters()).device
+    y = [int(t) for t in completion_ids]
+    seq = torch.tensor([list(prompt_ids) + y], dtype=torch.long, device=device)
+    logits = target(input_ids=seq).logits[0].double()
+    law = SamplingLaw(temperature=float(temperature))
+    n_prompt = len(prompt_ids)
+    return _lossless_terms(law.probs(logits[n_prompt - 1:n_prompt - 1 + len(y)]), y)
