@@ -59,19 +59,27 @@ ROUND_COLUMNS = ("system", "task", "row_id", "temperature", "accepted", "complet
                  "q_tok", "tv")
 
 
+def _read_records(files: Sequence[str | Path], columns: Sequence[str], kind: str
+                  ) -> list[pd.DataFrame]:
+    """The record files, each checked for ``columns`` (a missing one names the file)."""
+    from floorgap.records import read_table
+
+    frames = []
+    for f in files:
+        df = read_table(f)
+        missing = [c for c in columns if c not in df.columns]
+        if missing:
+            raise StageError(f"{f}: not a {kind} record (missing {missing})")
+        frames.append(df)
+    return frames
+
+
 def load_served(request_files: Sequence[str | Path], run_files: Sequence[str | Path]
                 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every system's request and run records, checked for their columns."""
-    from floorgap.records import read_table
 
     def read(files: Sequence[str | Path], columns: Sequence[str], kind: str) -> pd.DataFrame:
-        frames = []
-        for f in files:
-            df = read_table(f)
-            missing = [c for c in columns if c not in df.columns]
-            if missing:
-                raise StageError(f"{f}: not a serving {kind} record (missing {missing})")
-            frames.append(df)
+        frames = _read_records(files, columns, f"serving {kind}")
         if not frames:
             raise StageError(f"no serving {kind} records given")
         return pd.concat(frames, ignore_index=True)
@@ -163,16 +171,7 @@ def summarise_serving(requests: pd.DataFrame, runs: pd.DataFrame, *, n_boot: int
 
 def load_rounds(files: Sequence[str | Path]) -> pd.DataFrame | None:
     """The serving_replay records (None when none is given or all are empty)."""
-    from floorgap.records import read_table
-
-    frames = []
-    for f in files:
-        df = read_table(f)
-        missing = [c for c in ROUND_COLUMNS if c not in df.columns]
-        if missing:
-            raise StageError(f"{f}: not a serving_replay record (missing {missing})")
-        if len(df):
-            frames.append(df)
+    frames = [df for df in _read_records(files, ROUND_COLUMNS, "serving_replay") if len(df)]
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
