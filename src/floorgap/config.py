@@ -393,7 +393,7 @@ class WorkflowSpec:
         bootstrap and ESS gates (the MI table)."""
         cfg = self.config
         spec: dict[str, Any] = dict(cfg["figures"]) if kind == "figure" else {}
-        if reads.startswith("gaps"):
+        if reads.startswith("gaps") or reads == "serving":
             spec["roles"] = self.roles
         if reads == "gaps_components":
             spec["baseline"] = cfg["drafters"]["components"]["baseline"]

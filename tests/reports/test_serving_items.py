@@ -86,3 +86,10 @@ def test_served_against_offline_figure(tmp_path: Path) -> None:
     assert values["\\fgServedOfflineDflashTZeroAgreement"] == "100.0"
     # dspark was served without per-round counts: its panel is empty, its values say so
     assert values["\\fgServedOfflineDsparkTOneZ"] == "--"
+    # with roles, the paper's macros follow the role, whatever the variant is called: here
+    # the replayed system fills the order-1 role, and the order-0 variant was not served
+    by_role = figH_served_vs_offline({"summary": _summary(tmp_path)},
+                                     {"roles": {"order0": "blockwise", "order1": "dflash",
+                                                "ours": "head"}}, tmp_path)
+    assert by_role["\\fgServedOfflineDsparkTOneTauMatched"] == "2.000"
+    assert by_role["\\fgServedOfflineDflashTOneTauMatched"] == "--"

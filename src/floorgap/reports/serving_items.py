@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from floorgap.records import read_metadata, read_table
+from floorgap.reports.gap_items import ROLE_STEMS
 from floorgap.reports.common import (
     fmt,
     fmt_interval,
@@ -170,14 +171,24 @@ def _temp_name(t: float) -> str:
     return f"t{t:g}".replace(".", "p")
 
 
+_REPLAY_STATS = ("z", "lossless", "agreement", "tau_matched", "tau_offline", "rounds")
+
+
+def _stem(spec: Mapping[str, Any], system: str) -> str:
+    """The macro stem of a served drafter: its role's (the paper cites numbers by role, as the
+    gap half does), else its own name."""
+    roles = spec.get("roles") or {}
+    return next((ROLE_STEMS[r] for r, v in roles.items() if v == system and r in ROLE_STEMS),
+                system)
+
+
 def figH_served_vs_offline(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
                            ) -> dict[str, str]:
     """Fig. H: per served drafter, each task's served accepted length against the offline
     prediction from accept factors on the same rounds (serving_replay), one marker per
     temperature, with row-bootstrap intervals and the identity line; the panel title gives the
     exact acceptance test's z (T > 0) and the share of rounds the greedy replay reproduces
-    (T = 0). An engine without per-round counts leaves its panel empty and
-    says so."""
+    (T = 0). An engine without per-round counts leaves its panel empty and says so."""
     s = ServingSummary(inputs["summary"])
     df = s.df
     replayed = set(df.loc[df["statistic"] == "tau_matched", "system"])
@@ -185,11 +196,8 @@ def figH_served_vs_offline(inputs: Mapping[str, Path], spec: Mapping[str, Any], 
     values: dict[str, str] = {}
     for ax, v in zip(axes, s.systems, strict=True):
         ax.set_title(v)
+        stem = _stem(spec, v)
         if v not in replayed:
-            for t in s.temperatures:     # the paper's sentences still compile: "--"
-                for stat in ("z", "lossless", "agreement", "tau_matched", "tau_offline",
-                             "rounds"):
-                    values[macro_name("served", "offline", v, _temp_name(t), stat)] = "--"
             ax.text(0.5, 0.5, "no per-round counts\nfrom this engine", ha="center",
                     va="center", transform=ax.transAxes)
             ax.set_axis_off()
@@ -212,17 +220,18 @@ def figH_served_vs_offline(inputs: Mapping[str, Path], spec: Mapping[str, Any], 
                 z = s.row("acceptance_z", v, "all", t, 0)["estimate"]
                 lossless = s.row("lossless_z", v, "all", t, 0)["estimate"]
                 zs.append(f"T={t:g}: z={z:+.1f}")
-                values[macro_name("served", "offline", v, name, "z")] = f"{z:+.2f}"
-                values[macro_name("served", "offline", v, name, "lossless")] = f"{lossless:+.2f}"
+                values[macro_name("served", "offline", stem, name, "z")] = f"{z:+.2f}"
+                values[macro_name("served", "offline", stem, name, "lossless")] = \
+                    f"{lossless:+.2f}"
             else:
                 agree = s.row("greedy_agreement", v, "all", t, 0)["estimate"]
                 zs.append(f"T={t:g}: {100 * agree:.1f}% rounds equal")
-                values[macro_name("served", "offline", v, name, "agreement")] = fmt(
+                values[macro_name("served", "offline", stem, name, "agreement")] = fmt(
                     100 * agree, 1)
             for stat in ("tau_matched", "tau_offline"):
-                values[macro_name("served", "offline", v, name, stat)] = fmt(
+                values[macro_name("served", "offline", stem, name, stat)] = fmt(
                     s.row(stat, v, "macro", t, 0)["estimate"], 3)
-            values[macro_name("served", "offline", v, name, "rounds")] = str(
+            values[macro_name("served", "offline", stem, name, "rounds")] = str(
                 int(s.row("rounds", v, "all", t, 0)["estimate"]))
         lim = (min(lo_hi) - 0.02, max(lo_hi) + 0.02)
         ax.plot(lim, lim, color="0.6", linewidth=0.6, zorder=0)
@@ -233,4 +242,10 @@ def figH_served_vs_offline(inputs: Mapping[str, Path], spec: Mapping[str, Any], 
         ax.set_title(f"{v}; " + "; ".join(zs))
         ax.legend()
     save_item_figure(fig, "figH_served_vs_offline", out_dir, spec)
+    # the paper's sentences cite the role drafters: "--" for any that was not replayed
+    for stem in {*ROLE_STEMS.values(), *(_stem(spec, v) for v in s.systems)}:
+        for t in s.temperatures:
+            for stat in _REPLAY_STATS:
+                values.setdefault(macro_name("served", "offline", stem, _temp_name(t), stat),
+                                  "--")
     return values
