@@ -56,7 +56,7 @@ REQUEST_COLUMNS = ("system", "task", "row_id", "temperature", "concurrency", "co
                    "verify_steps", "verified_tokens", "latency_s")
 RUN_COLUMNS = ("system", "task", "temperature", "concurrency", "wall_s")
 ROUND_COLUMNS = ("system", "task", "row_id", "temperature", "accepted", "complete", "p_tok",
-                 "q_tok", "tv")
+                 "q_tok", "tv", "lossless_score", "lossless_var")
 
 
 def _read_records(files: Sequence[str | Path], columns: Sequence[str], kind: str
