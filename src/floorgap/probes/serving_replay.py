@@ -130,7 +130,9 @@ def replay_request(target: Any, drafter: Any, prompt_ids: Sequence[int],
             q_tok = (q_arg == toks).double()
             tv = 1.0 - (p_arg == q_arg).double()
         else:
-            p = law.probs(p_rows)
+            # one warp for the slots' rows and the rows of the tokens the round returned
+            p_all = law.probs(logits[ctx_len:ctx_len + max(avail, a + 1)])
+            p = p_all[:avail]
             p_tok = p.gather(-1, toks[:, None])[:, 0]
             if draft_sampling == "greedy":
                 q_tok = (q_arg == toks).double()
@@ -139,8 +141,7 @@ def replay_request(target: Any, drafter: Any, prompt_ids: Sequence[int],
                 q = law.probs(q_logits[r, :avail])
                 q_tok = q.gather(-1, toks[:, None])[:, 0]
                 tv = tv_distance(p, q, dim=-1)
-            score, var = _lossless_terms(law.probs(logits[ctx_len:ctx_len + a + 1]),
-                                         y[n:n + a + 1])
+            score, var = _lossless_terms(p_all[:a + 1], y[n:n + a + 1])
         pad = [math.nan] * (gamma - avail)
         rounds.append(ReplayRound(
             **labels, round=r, start=n, accepted=int(a), complete=avail == gamma,
