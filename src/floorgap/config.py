@@ -364,6 +364,20 @@ class WorkflowSpec:
                 "bootstrap": self.config["analysis"]["bootstrap"],
                 "level": self.config["analysis"]["level"], "seed": self.config["seed"]}
 
+    # ------------------------------------------------------- floors through an API (Sec. 3.4)
+
+    @property
+    def api_floors(self) -> dict[str, Any] | None:
+        """The api_floors section, or None when the config has none (no api_floors stage)."""
+        return self.config.get("api_floors")
+
+    def api_floors_spec(self, target: str) -> dict[str, Any]:
+        cfg = self.config
+        return {"target": self.target(target), "api_floors": self.api_floors,
+                "law": cfg["evaluation_law"], "gamma": cfg["anchors"]["gamma"],
+                "seed": cfg["seed"],
+                "serving_python": (self.serving or {}).get("python", ".venv-serving/bin/python")}
+
     def decomposition_files(self, target: str) -> list[str]:
         """The decomposition stage's outputs of every drafter of the decompose section."""
         return [f"results/{target}/decomposition/{name}.{ext}" for name in self.decompose
@@ -395,6 +409,10 @@ class WorkflowSpec:
         spec: dict[str, Any] = dict(cfg["figures"]) if kind == "figure" else {}
         if reads.startswith("gaps") or reads == "serving":
             spec["roles"] = self.roles
+        if reads == "serving":
+            # App. F.3: published accepted lengths to bound, beside the project's own
+            spec["published"] = list((self.serving or {}).get("published", []))
+            spec["gamma"] = cfg["anchors"]["gamma"]
         if reads == "gaps_components":
             spec["baseline"] = cfg["drafters"]["components"]["baseline"]
             spec["arms"] = self.arms

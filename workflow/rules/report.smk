@@ -19,6 +19,8 @@ READS = {
                        for v in W.budget_variants + W.budget_arms}},
     "mi": {d: f"results/{W.primary}/mi/{d}.parquet" for d in W.domains},
     "serving": {"summary": f"results/{W.primary}/serving_summary/summary.parquet"},
+    "api_floors": {"summary": f"results/{W.primary}/api_floors/summary.parquet"},
+    "notation": {},
 }
 
 

@@ -49,7 +49,9 @@ __all__ = [
     "exact_chain_tau",
     "independent_accepted_length",
     "joint_survival",
+    "largest_risk_lower_bound",
     "marginal_acceptance",
+    "risk_bound_accepted_length",
     "reach",
     "serving_risk_sums",
     "serving_summary",
@@ -120,6 +122,40 @@ def accepted_length(survival: Tensor) -> Tensor:
 def independent_accepted_length(marginal: Tensor) -> Tensor:
     """tau under independence: 1 + sum_k prod_{i<=k} E[a_i]."""
     return 1.0 + torch.cumprod(marginal, dim=-1).sum(-1)
+
+
+def risk_bound_accepted_length(r: float, gamma: int) -> float:
+    """The least accepted length a drafter whose per-slot risks are all at most r can have
+    (paper App. F.3): by the union bound E[prod_{i<=j} a_i] >= 1 - sum_{i<=j} R_i
+    >= [1 - (j + 1) r]_+, so tau >= 1 + sum_{j<gamma} [1 - (j + 1) r]_+. No independence
+    between slots is assumed."""
+    if gamma < 1:
+        raise ValueError("gamma must be >= 1")
+    return 1.0 + sum(max(0.0, 1.0 - (j + 1) * float(r)) for j in range(gamma))
+
+
+def largest_risk_lower_bound(tau: float, gamma: int) -> float:
+    """r_min: the lower bound on the largest per-slot risk max_k R_k implied by a reported
+    accepted length tau at block length gamma alone (paper App. F.3).
+
+    :func:`risk_bound_accepted_length` is continuous and strictly decreasing in r on [0, 1], so
+    tau < f(r) for every r below r_min = inf{r : f(r) <= tau}. Closed form: where exactly n
+    terms are positive, f(r) = 1 + n - r n (n + 1) / 2, solved on that piece. With gamma = 1,
+    tau = 1 + E[a_0] exactly and r_min = 2 - tau = R_0.
+    """
+    if gamma < 1:
+        raise ValueError("gamma must be >= 1")
+    tau = float(tau)
+    if not tau >= 1.0:
+        raise ValueError(f"an accepted length is at least 1, got {tau}")
+    if tau >= gamma + 1:
+        return 0.0
+    for n in range(gamma, 0, -1):
+        lo, hi = (0.0 if n == gamma else 1.0 / (n + 1)), 1.0 / n
+        r = 2.0 * (1.0 + n - tau) / (n * (n + 1))
+        if lo - 1e-15 <= r <= hi + 1e-15:
+            return min(max(r, lo), hi)
+    return 1.0
 
 
 def dependence_ratio(joint: Tensor, marginal: Tensor) -> Tensor:

@@ -13,8 +13,11 @@ from dataclasses import dataclass
 import torch
 
 from floorgap.estimators.barycentre import normalise_weights, tv_barycentre
+from floorgap.estimators.floors import (alternating_split, floor_order0, floor_order0_split,
+                                        floor_order1_plugin, floor_order1_split)
 
-__all__ = ["TopK", "TruncatedFloor", "topk_sparse", "renormalised_dense", "truncated_floor"]
+__all__ = ["TopK", "TruncatedFloor", "TruncatedSlotFloors", "topk_sparse", "renormalised_dense",
+           "renormalised_family", "truncated_floor", "truncated_slot_floors"]
 
 
 @dataclass(frozen=True)
@@ -78,3 +81,83 @@ def truncated_floor(indices: torch.Tensor, values: torch.Tensor,
     else:
         band = (normalise_weights(weights, dense) * residual.to(values.dtype)).sum(-1)
     return TruncatedFloor(value=value, band=band, lower=value - band, upper=value + band)
+
+
+@dataclass(frozen=True)
+class TruncatedSlotFloors:
+    """Floors of one slot at one anchor from top-K reads of its M paths (paper Sec. C.6).
+
+    Values are those of the renormalised family p~: ``t0`` the in-sample T~^(0), ``t0_split``
+    its split-half fit check, ``t1_plugin`` the in-sample order-1 floor by predecessor
+    grouping, ``t1_split_cov``/``t1_covered_mass`` the split-half T~^(1) on the covered paths
+    and their mass c. ``omitted`` is E[r], the mean mass outside the reads.
+
+    Bounds. For any fixed q, |TV(p, q) - TV(p~, q)| <= TV(p, p~) = r, so every in-sample
+    minimum moves by at most E[r]: ``t0_lower <= T^(0) <= t0_upper`` and the same for the
+    order-1 plug-in (group by group), clipped to [0, 1]. The split-half values fit q on other
+    rows, which the band does not cover; ``t1_lower``/``t1_upper`` are the covered-mass bounds
+    c T~_cov <= T~^(1) <= c T~_cov + 1 - c widened by E[r], as the paper reports its held-out
+    estimate with the band.
+    """
+
+    t0: float
+    t0_split: float
+    t0_lower: float
+    t0_upper: float
+    t1_plugin: float
+    t1_plugin_lower: float
+    t1_plugin_upper: float
+    t1_split_cov: float
+    t1_covered_mass: float
+    t1_lower: float
+    t1_upper: float
+    omitted: float
+
+
+def renormalised_family(indices: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Dense ``[M, S]`` renormalised rows on the union support S of ``[M, K]`` reads.
+
+    ``indices`` may pad short reads with -1 (their ``values`` must be 0), e.g. when an endpoint
+    returns K tokens on some rows and K + 1 (the sampled token appended) on others. Tokens outside
+    the union are zero in every row, so barycentres and TVs on S equal those on the vocabulary.
+    """
+    if indices.dim() != 2 or indices.shape != values.shape:
+        raise ValueError("indices and values must both have shape [M, K]")
+    valid = indices >= 0
+    if bool((values[~valid] != 0).any()):
+        raise ValueError("padded entries (index -1) must have value 0")
+    support, local = torch.unique(torch.where(valid, indices, indices.max() + 1),
+                                  return_inverse=True)
+    n_support = int(support.numel()) - int(bool((~valid).any()))
+    dense = torch.zeros((indices.shape[0], n_support + 1), dtype=values.dtype)
+    dense.scatter_add_(-1, local, values)
+    dense = dense[:, :n_support]
+    return dense / dense.sum(-1, keepdim=True)
+
+
+def truncated_slot_floors(indices: torch.Tensor, values: torch.Tensor, residual: torch.Tensor,
+                          predecessor: torch.Tensor | None) -> TruncatedSlotFloors:
+    """T~^(0), T~^(1) and their omitted-mass bounds at one slot (paper Sec. C.6).
+
+    ``indices``/``values``: ``[M, K]`` token ids and raw probabilities of each path's top-K read
+    (padded with -1/0); ``residual``: ``[M]`` mass outside each read; ``predecessor``: ``[M]``
+    the realised tokens at slot k - 1 (None at slot 0: one group). See
+    :class:`TruncatedSlotFloors` for what each bound covers: |T - T~| <= E[r] for the
+    in-sample floors.
+    """
+    dense = renormalised_family(indices, values.double())
+    band = float(residual.double().mean())
+    t0 = float(floor_order0(dense))
+    t1p = float(floor_order1_plugin(dense, predecessor))
+    split = floor_order1_split(dense, predecessor)
+
+    def clip(x: float) -> float:
+        return min(1.0, max(0.0, x))
+
+    return TruncatedSlotFloors(
+        t0=t0, t0_split=float(floor_order0_split(dense, alternating_split(dense.shape[0]))),
+        t0_lower=clip(t0 - band), t0_upper=clip(t0 + band),
+        t1_plugin=t1p, t1_plugin_lower=clip(t1p - band), t1_plugin_upper=clip(t1p + band),
+        t1_split_cov=float(split.value_covered), t1_covered_mass=float(split.covered_mass),
+        t1_lower=clip(float(split.lower) - band), t1_upper=clip(float(split.upper) + band),
+        omitted=band)

@@ -105,8 +105,13 @@ def engine_command(spec: EngineSpec) -> tuple[list[str], dict[str, str]]:
                "--host", "127.0.0.1", "--max-model-len", str(spec.max_model_len),
                "--seed", "0", "--enable-per-request-metrics"]
         if not spec.device.startswith("cuda"):
-            # CPU: no compile warm-up (Triton-CPU is absent) and a share of node memory
-            cmd += ["--enforce-eager", "--gpu-memory-utilization", "0.25"]
+            # CPU: no compile warm-up (Triton-CPU is absent) and a share of node memory. No
+            # chunked prefill: for a seeded request whose prefill is split, the 0.32 CPU build
+            # rewinds its torch generator with set_offset, which CPU generators lack, and the
+            # engine dies ("CPU Generator does not use offset"); whole prefills never rewind.
+            cmd += ["--enforce-eager", "--gpu-memory-utilization", "0.25",
+                    "--no-enable-chunked-prefill", "--max-num-batched-tokens",
+                    str(spec.max_model_len)]
         if spec.kind is not None:
             model = spec.target_dir if spec.kind == "target" else spec.drafter_dir
             # probabilistic samples from q and verifies with min(1, p/q), as the offline probe

@@ -1,0 +1,127 @@
+"""Paper items of the reach sections: the floors read through an API with their omitted-mass
+bounds and the matched-path check (Sec. 3.4, App. C.6: ``tableC6_api_floors``), the serving
+bounds a reported accepted length implies (App. F.3: ``tableF3_serving_bounds``) and the
+notation (App. A.1: ``table2_notation``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from floorgap.estimators.serving import largest_risk_lower_bound
+from floorgap.notation import NOTATION
+from floorgap.records import read_metadata, read_table
+from floorgap.reports.common import fmt, fmt_interval, fmt_pct, macro_name, write_table
+
+__all__ = ["tableC6_api_floors", "tableF3_serving_bounds", "table2_notation"]
+
+
+def _count(row: pd.Series, name: str) -> str:
+    if f"{name}_contained" not in row or pd.isna(row.get(f"{name}_contained")):
+        return "--"
+    return f"{int(row[f'{name}_contained'])}/{int(row['anchors'])}"
+
+
+def tableC6_api_floors(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                       ) -> dict[str, str]:
+    """Table C.6 (API floors): by slot, the top-K floors T~^(0) and the order-1 plug-in with
+    their omitted-mass bounds, the full-vocabulary floors on the same paths and how many anchors
+    the bounds contain, the held-out T~^(1), the share one realised token removes and E[r]."""
+    df = read_table(inputs["summary"])
+    meta = read_metadata(inputs["summary"])
+    rows = df[df["scope"] == "all"].sort_values("slot")
+    matched = "full_t0" in rows
+    header = ["Slot", "$\\widetilde T^{(0)}$", "bounds", "$T^{(0)}$ full", "in",
+              "$\\widetilde T^{(1)}$ plug-in", "bounds", "$T^{(1)}$ full", "in",
+              "$\\widetilde T^{(1)}$ held-out", "removed", "$\\mathbb{E}[r]$"]
+    shown = []
+    for _, r in rows.iterrows():
+        shown.append([str(int(r["slot"])), fmt(r["t0"], 4), fmt_interval(r["t0_lower"],
+                      r["t0_upper"], 4), fmt(r.get("full_t0", math.nan), 4), _count(r, "t0"),
+                      fmt(r["t1_plugin"], 4), fmt_interval(r["t1_plugin_lower"],
+                      r["t1_plugin_upper"], 4), fmt(r.get("full_t1_plugin", math.nan), 4),
+                      _count(r, "t1_plugin"), fmt(r["t1_held_out"], 4),
+                      fmt_pct(r["t1_removed_share"]), fmt(r["omitted"], 4)])
+    write_table(rows, "tableC6_api_floors", tex_dir=out_dir,
+                latex=pd.DataFrame(shown, columns=header))
+    last = rows.iloc[-1]
+    deep = rows[rows["slot"] >= 2]["t1_removed_share"]
+    values = {
+        macro_name("api", "anchors"): str(int(meta.get("anchors", last["anchors"]))),
+        macro_name("api", "complete", "last"): str(int(last["anchors"])),
+        macro_name("api", "paths"): str(meta.get("paths", "--")),
+        macro_name("api", "top", "k"): str(meta.get("top_k", "--")),
+        macro_name("api", "T0", "last"): fmt(last["t0"], 3),
+        macro_name("api", "T1", "held", "out", "last"): fmt(last["t1_held_out"], 3),
+        macro_name("api", "omitted", "last"): fmt(last["omitted"], 4),
+        macro_name("api", "removed", "min"): fmt_pct(deep.min()) if len(deep) else "--",
+        macro_name("api", "removed", "max"): fmt_pct(deep.max()) if len(deep) else "--",
+    }
+    if matched:
+        cells = int(rows["anchors"].sum())
+        values[macro_name("api", "matched", "cells")] = str(cells)
+        for name in ("t0", "t1_plugin"):
+            stem = "T0" if name == "t0" else "T1"
+            values[macro_name("api", "matched", stem, "contained")] = str(
+                int(rows[f"{name}_contained"].sum()))
+            values[macro_name("api", "matched", stem, "max", "diff")] = fmt(
+                float(rows[f"{name}_max_abs_diff"].max()), 4)
+    return values
+
+
+def _own_taus(path: Path) -> list[dict[str, Any]]:
+    """The project's served drafters: task-macro tau (mean over concurrency) per temperature."""
+    df = read_table(path)
+    hit = df[(df["statistic"] == "tau") & (df["task"] == "macro") & (df["concurrency"] == 0)
+             & (df["system"] != "ar")]
+    return [{"label": f"{r.system} (served here, T={float(r.temperature):g})",
+             "tau": float(r.estimate), "source": "serving benchmark"}
+            for r in hit.itertuples(index=False)]
+
+
+def tableF3_serving_bounds(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                           ) -> dict[str, str]:
+    """Table F.3: the lower bound r_min on the largest per-slot risk implied by an accepted length
+    alone (no independence across slots), for the published numbers the config lists and for
+    the project's own served drafters."""
+    gamma = int(spec["gamma"])
+    entries = [dict(e) for e in spec.get("published", [])]
+    entries += [{**e, "gamma": gamma} for e in _own_taus(inputs["summary"])]
+    rows = []
+    for e in entries:
+        rows.append({"label": e["label"], "source": e.get("source", ""), "gamma": int(e["gamma"]),
+                     "tau": float(e["tau"]),
+                     "r_min": largest_risk_lower_bound(float(e["tau"]), int(e["gamma"]))})
+    df = pd.DataFrame(rows, columns=["label", "source", "gamma", "tau", "r_min"])
+    shown = pd.DataFrame([[r.label.replace("_", "\\_"), r.source.replace("#", "\\#"),
+                           str(r.gamma), fmt(r.tau, 3), fmt(r.r_min, 3)]
+                          for r in df.itertuples(index=False)],
+                         columns=["Report", "Source", "$\\gamma$", "$\\tau$",
+                                  "$r_{\\min}$ (largest $R_k$ at least)"])
+    write_table(df, "tableF3_serving_bounds", tex_dir=out_dir, latex=shown,
+                column_format="llrrr")
+    values = {}
+    for i, r in enumerate(df.itertuples(index=False)):
+        values[macro_name("bound", "row", str(i), "tau")] = fmt(r.tau, 3)
+        values[macro_name("bound", "row", str(i), "r")] = fmt(r.r_min, 3)
+    own = df[df["source"] == "serving benchmark"]
+    values[macro_name("bound", "own", "r", "max")] = fmt(float(own["r_min"].max()), 3) \
+        if len(own) else "--"
+    values[macro_name("bound", "published", "rows")] = str(len(spec.get("published", [])))
+    return values
+
+
+def table2_notation(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                    ) -> dict[str, str]:
+    """Table 2: the notation, from :data:`floorgap.notation.NOTATION` (which the docstrings of
+    the named code also use)."""
+    df = pd.DataFrame([{"symbol": s.symbol, "meaning": s.meaning, "code": "; ".join(s.homes)}
+                       for s in NOTATION])
+    shown = pd.DataFrame([[s.symbol, s.meaning] for s in NOTATION], columns=["Symbol", "Meaning"])
+    write_table(df, "table2_notation", tex_dir=out_dir, latex=shown, column_format="lp{0.7\\linewidth}")
+    return {macro_name("notation", "rows"): str(len(NOTATION))}

@@ -1,0 +1,182 @@
+"""``floorgap api_floors --spec JSON --model-dir DIR --corpus C... --anchors A...
+--journal J --out-reads R --out-floors F --out-summary S --engine-log LOG``
+
+Floors measured through an OpenAI-compatible endpoint (floorgap.probes.api_floors, paper Sec.
+3.4 and App. C.6), on the first ``anchors_per_domain`` anchors of each domain (by anchor id):
+M continuations per anchor with top-K reads, T~^(0) and T~^(1) with omitted-mass bounds. With
+``endpoint.server: local`` the stage starts vLLM's OpenAI server on the target itself (from
+``serving.python``) and stops it after the reads; otherwise it reads ``base_url`` and ``model``
+(the key from the variable ``api_key_env``). With ``matched: true`` the same paths are then
+teacher-forced through the local target and the full-vocabulary floors are compared with the
+API's bounds (the matched-path check).
+
+Resumable: complete anchors are journalled in ``--journal`` (not a rule output, so a failed job
+keeps it); a rerun reads only the anchors the journal lacks. The anchor's request seed is
+``derive_seed(seed, "api_floors", anchor_id)``, so a resumed run sends the same requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from floorgap.stages._cli import add_files, stage_parser
+
+#: endpoint keys that change how requests are sent, not what they return (left out of the
+#: journal's fingerprint, so raising a timeout does not discard finished anchors)
+TRANSPORT_KEYS = ("max_retries", "timeout_s", "requests_per_minute", "port", "api_key_env",
+                  "startup_timeout_s", "python")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = stage_parser("floorgap api_floors",
+                          "Floors with omitted-mass bounds through an OpenAI-compatible API.")
+    add_files(parser, "--model-dir", "--journal", "--out-reads", "--out-floors", "--out-summary",
+              "--engine-log")
+    parser.add_argument("--corpus", nargs="+", required=True, type=Path)
+    parser.add_argument("--anchors", nargs="+", required=True, type=Path)
+    return parser
+
+
+def selected_anchors(anchors: Any, per_domain: int) -> Any:
+    """The first ``per_domain`` anchors of each domain by anchor id (domains in id order)."""
+    ordered = anchors.sort_values("anchor_id", kind="stable")
+    return ordered.groupby("domain", sort=True).head(int(per_domain)).reset_index(drop=True)
+
+
+@contextlib.contextmanager
+def endpoint_for(spec: Mapping[str, Any], model_dir: Path, engine_log: Path) -> Iterator[Any]:
+    """The :class:`Endpoint` to read: a local vLLM server on the target, started here and
+    stopped on exit, or the configured remote one."""
+    from floorgap.probes.api_floors import Endpoint
+    from floorgap.probes.serving import EngineSpec, running_engine
+    from floorgap.stages.serving import engine_python
+
+    cfg = dict(spec["api_floors"]["endpoint"])
+    common = dict(route=cfg.get("route", "completions"),
+                  top_k=int(spec["api_floors"]["top_k"]),
+                  extra_body=cfg.get("extra_body") or {},
+                  assistant_fields=cfg.get("assistant_fields") or {},
+                  max_retries=int(cfg.get("max_retries", 6)),
+                  timeout_s=float(cfg.get("timeout_s", 600)),
+                  requests_per_minute=cfg.get("requests_per_minute"))
+    if cfg.get("server") != "local":
+        yield Endpoint(base_url=cfg["base_url"], model=cfg["model"],
+                       api_key_env=cfg.get("api_key_env"), **common)
+        return
+    target = spec["target"]
+    folder = str(Path(model_dir).absolute())
+    engine = EngineSpec(engine="vllm",
+                        python=engine_python(cfg.get("python") or spec["serving_python"]),
+                        target_dir=folder, dtype=target["dtype"], device=target["device"],
+                        gamma=int(spec["gamma"]), port=int(cfg.get("port", 8031)),
+                        max_model_len=int(cfg.get("max_model_len", 4096)),
+                        startup_timeout_s=float(cfg.get("startup_timeout_s", 900)),
+                        extra_args=("--max-logprobs", str(int(spec["api_floors"]["top_k"]))))
+    engine_log.parent.mkdir(parents=True, exist_ok=True)
+    with running_engine(engine, engine_log) as url:
+        yield Endpoint(base_url=f"{url}/v1", model=folder, **common)
+
+
+def run_fingerprint(spec: Mapping[str, Any], anchor_ids: list[str]) -> str:
+    from floorgap.probes.api_floors import fingerprint
+
+    cfg = spec["api_floors"]
+    endpoint = {k: v for k, v in cfg["endpoint"].items() if k not in TRANSPORT_KEYS}
+    return fingerprint({"target": spec["target"]["name"], "endpoint": endpoint,
+                        "paths": cfg["paths"], "top_k": cfg["top_k"], "law": spec["law"],
+                        "gamma": spec["gamma"], "seed": spec["seed"], "anchors": anchor_ids})
+
+
+def main(args: argparse.Namespace, logger: logging.Logger) -> None:
+    import pandas as pd
+    import torch
+
+    from floorgap.analysis.api_floors import anchor_slot_floors, reads_table, summarise
+    from floorgap.data.anchors import anchor_contexts
+    from floorgap.errors import StageError
+    from floorgap.probes.api_floors import (AnchorJournal, RateLimiter, anchor_prompt,
+                                            full_vocab_floors, read_anchor, token_ids)
+    from floorgap.progress import progress
+    from floorgap.records import read_table, write_table
+    from floorgap.sampling import SamplingLaw
+    from floorgap.seeds import derive_seed
+
+    spec = args.spec
+    cfg, target = spec["api_floors"], spec["target"]
+    gamma, n_paths = int(spec["gamma"]), int(cfg["paths"])
+    law = SamplingLaw.from_spec(spec["law"])
+    corpus = pd.concat([read_table(f) for f in args.corpus], ignore_index=True)
+    anchors = selected_anchors(pd.concat([read_table(f) for f in args.anchors],
+                                         ignore_index=True), cfg["anchors_per_domain"])
+    contexts = dict(zip(anchors["anchor_id"], anchor_contexts(corpus, anchors)))
+    route = cfg["endpoint"].get("route", "completions")
+    journal = AnchorJournal(args.journal, run_fingerprint(spec, list(anchors["anchor_id"])))
+    done = journal.load()
+    todo = anchors[~anchors["anchor_id"].isin(list(done))]
+    logger.info("%d anchors (%d per domain), %d already journalled, %d to read",
+                len(anchors), cfg["anchors_per_domain"], len(done), len(todo))
+    if len(todo):
+        texts = _chat_texts(args.model_dir, corpus, todo) if route == "chat" else {}
+        with endpoint_for(spec, args.model_dir, args.engine_log) as endpoint:
+            client, limiter = endpoint.client(), RateLimiter(endpoint.requests_per_minute)
+            with progress(total=len(todo), desc="api_floors", unit="anchor") as bar:
+                for a in todo.itertuples(index=False):
+                    prompt = anchor_prompt(route, contexts[a.anchor_id],
+                                           *texts.get(a.anchor_id, (None, None)),
+                                           assistant_fields=endpoint.assistant_fields)
+                    seed = derive_seed(int(spec["seed"]), "api_floors", a.anchor_id) % 2**31
+                    reads = read_anchor(client, endpoint, prompt, n_paths=n_paths, gamma=gamma,
+                                        law=law, seed=seed, limiter=limiter)
+                    journal.append(a.anchor_id, reads)
+                    done[a.anchor_id] = reads
+                    bar.update(1)
+    reads = reads_table(done, anchors)
+    full = None
+    if cfg.get("matched"):
+        from floorgap.models.targets import load_target
+
+        model, _ = load_target(args.model_dir, target["dtype"], target["device"])
+        rows = []
+        for anchor_id, paths in reads.groupby("anchor_id", sort=False):
+            if (paths["tokens"].map(len) < gamma).any():
+                raise StageError(f"{anchor_id}: a path ended before slot {gamma - 1}; the "
+                                 "matched check needs full blocks (vLLM: extra_body ignore_eos)")
+            toks = torch.tensor([token_ids(t) for t in paths.sort_values("path")["tokens"]])
+            for slot in full_vocab_floors(model, contexts[anchor_id], toks, law=law,
+                                          forward_batch=int(cfg.get("forward_batch", n_paths))):
+                rows.append({"anchor_id": anchor_id, **slot.__dict__})
+        full = pd.DataFrame(rows)
+    floors = anchor_slot_floors(reads, gamma, int(cfg["top_k"]), full,
+                                float(cfg.get("tolerance", 1e-3)))
+    summary = summarise(floors)
+    meta = {"stage": "api_floors", "target": target["name"], "route": route,
+            "endpoint": "local vLLM server on the target" if cfg["endpoint"].get("server") ==
+            "local" else f"{cfg['endpoint']['base_url']} ({cfg['endpoint']['model']})",
+            "top_k": int(cfg["top_k"]), "paths": n_paths, "gamma": gamma, "law": spec["law"],
+            "anchors": len(anchors), "anchors_per_domain": int(cfg["anchors_per_domain"]),
+            "matched": bool(cfg.get("matched")), "tolerance": float(cfg.get("tolerance", 1e-3)),
+            "journal_corrupt_lines": journal.corrupt_lines,
+            "chat_template": bool(target.get("chat_template", True))}
+    write_table(args.out_reads, reads, meta)
+    write_table(args.out_floors, floors, meta)
+    write_table(args.out_summary, summary, meta)
+    last = summary[(summary["scope"] == "all") & (summary["slot"] == gamma - 1)].iloc[0]
+    logger.info("slot %d: T0 %.4f [%.4f, %.4f], T1 plug-in %.4f, omitted %.2e over %d anchors",
+                gamma - 1, last["t0"], last["t0_lower"], last["t0_upper"], last["t1_plugin"],
+                last["omitted"], last["anchors"])
+
+
+def _chat_texts(model_dir: Path, corpus: Any, anchors: Any) -> dict[str, tuple[str, str]]:
+    """Prompt text and the response text before the anchor, for the chat route."""
+    from floorgap.models.targets import load_tokenizer
+
+    tok = load_tokenizer(model_dir)
+    by_prompt = {r.prompt_id: r for r in corpus.itertuples(index=False)}
+    return {a.anchor_id: (by_prompt[a.prompt_id].prompt_text,
+                          tok.decode(list(by_prompt[a.prompt_id].response_token_ids[:a.t])))
+            for a in anchors.itertuples(index=False)}

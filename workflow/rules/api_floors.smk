@@ -1,0 +1,33 @@
+# Floors read through an OpenAI-compatible endpoint with omitted-mass bounds (paper Sec. 3.4, App.
+# C.6): a local vLLM server on the target by default, or any remote endpoint the config names.
+# The journal beside the outputs is not an output: a failed job keeps it and a rerun resumes.
+
+
+rule api_floors:
+    """Top-K reads of M continuations per anchor, T~^(0) and T~^(1) with their bounds, and the
+    matched-path check against the full vocabulary."""
+    input:
+        model=lambda w: model_dir(w.target),
+        corpus=lambda w: [f"results/{w.target}/corpus/{d}.parquet" for d in W.domains],
+        anchors=lambda w: [f"results/{w.target}/anchors/{d}.parquet" for d in W.domains],
+    output:
+        reads="results/{target}/api_floors/reads.parquet",
+        floors="results/{target}/api_floors/floors.parquet",
+        summary="results/{target}/api_floors/summary.parquet",
+    params:
+        spec=lambda w: as_json(W.api_floors_spec(w.target)),
+        journal="results/{target}/api_floors/journal.jsonl",
+    log:
+        f"{LOGS}/api_floors/{{target}}.log",
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=120,
+        gpu=lambda w: W.gpus(w.target),
+    conda:
+        CONDA_ENV
+    shell:
+        "floorgap api_floors --spec {params.spec:q} --model-dir {input.model}"
+        " --corpus {input.corpus} --anchors {input.anchors} --journal {params.journal}"
+        " --out-reads {output.reads} --out-floors {output.floors} --out-summary {output.summary}"
+        " --engine-log {log}.engine --log {log} --threads {threads}"
