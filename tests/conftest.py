@@ -17,6 +17,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE_CONFIG = REPO / "workflow" / "configs" / "smoke.yaml"
+DEFAULT_CONFIG = REPO / "config.yaml"
 SERVING_PYTHON = REPO / ".venv-serving" / "bin" / "python"
 
 
@@ -58,39 +59,28 @@ def repo() -> Path:
     return REPO
 
 
-@pytest.fixture(scope="session")
-def smoke_target(tmp_path_factory):
-    """The smoke config's tiny random target, materialised once per test session.
-
-    Returns ``(config, target entry with its name, model folder, scratch folder)``.
-    """
+def _materialise(cfg: dict, tmp: Path) -> tuple[dict, Path]:
+    """The config's first target materialised under ``tmp/models`` by the models stage."""
     from floorgap.stages._cli import run_stage
     from floorgap.stages.models import build_parser, main
 
-    cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
     name, target = next(iter(cfg["targets"].items()))
-    tmp = tmp_path_factory.mktemp("smoke")
     model_dir = tmp / "models" / name
     spec = json.dumps(dict(target, name=name))
     assert run_stage(main, build_parser(), ["--spec", spec, "--out", str(model_dir),
                                             "--threads", "1"]) == 0
-    return cfg, dict(target, name=name), model_dir, tmp
+    return dict(target, name=name), model_dir
 
 
-@pytest.fixture(scope="session")
-def smoke_domain_records(smoke_target):
-    """Corpus and anchors of one smoke domain (gsm8k, 2 prompts), built by the stage CLIs.
-
-    Returns ``(config, target entry, model folder, corpus file, anchors file, scratch folder)``.
-    """
+def _domain_records(cfg: dict, target: dict, model_dir: Path, out: Path, prompts: int
+                    ) -> tuple[Path, Path]:
+    """Corpus and anchors of the gsm8k domain (``prompts`` prompts), built by the stage CLIs."""
     from floorgap.stages import anchors as anchors_cli
     from floorgap.stages import corpus as corpus_cli
     from floorgap.stages._cli import run_stage
 
-    cfg, target, model_dir, tmp = smoke_target
-    out = tmp / "domain-records"
     corpus, anchors = out / "corpus.parquet", out / "anchors.parquet"
-    spec = {"target": target, "domain": {"name": "gsm8k", "prompts": 2},
+    spec = {"target": target, "domain": {"name": "gsm8k", "prompts": prompts},
             "corpus": cfg["corpus"], "law": cfg["evaluation_law"], "seed": cfg["seed"]}
     assert run_stage(corpus_cli.main, corpus_cli.build_parser(),
                      ["--spec", json.dumps(spec), "--model-dir", str(model_dir),
@@ -99,7 +89,45 @@ def smoke_domain_records(smoke_target):
     assert run_stage(anchors_cli.main, anchors_cli.build_parser(),
                      ["--spec", json.dumps(spec), "--corpus", str(corpus),
                       "--out", str(anchors), "--threads", "1"]) == 0
+    return corpus, anchors
+
+
+@pytest.fixture(scope="session")
+def smoke_target(tmp_path_factory):
+    """The smoke config's tiny random target, materialised once per test session.
+
+    Returns ``(config, target entry with its name, model folder, scratch folder)``.
+    """
+    cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
+    tmp = tmp_path_factory.mktemp("smoke")
+    target, model_dir = _materialise(cfg, tmp)
+    return cfg, target, model_dir, tmp
+
+
+@pytest.fixture(scope="session")
+def smoke_domain_records(smoke_target):
+    """Corpus and anchors of one smoke domain (gsm8k, 2 prompts), built by the stage CLIs.
+
+    Returns ``(config, target entry, model folder, corpus file, anchors file, scratch folder)``.
+    """
+    cfg, target, model_dir, tmp = smoke_target
+    out = tmp / "domain-records"
+    corpus, anchors = _domain_records(cfg, target, model_dir, out, prompts=2)
     return cfg, target, model_dir, corpus, anchors, out
+
+
+@pytest.fixture(scope="session")
+def default_domain_records(tmp_path_factory):
+    """The embedded default's real target (SmolLM2-135M-Instruct from its package) with a short
+    corpus (2 gsm8k prompts, 48 tokens) and its anchors: for checks that need a peaked, real
+    distribution. Same tuple as :func:`smoke_domain_records`."""
+    cfg = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    cfg["corpus"] = {**cfg["corpus"], "max_new_tokens": 48, "censored_share_max": 1.0}
+    cfg["anchors"] = {**cfg["anchors"], "per_domain": 3, "context_buckets": [128, 256]}
+    tmp = tmp_path_factory.mktemp("default-target")
+    target, model_dir = _materialise(cfg, tmp)
+    corpus, anchors = _domain_records(cfg, target, model_dir, tmp / "domain-records", prompts=2)
+    return cfg, target, model_dir, corpus, anchors, tmp
 
 
 def dry_run_jobs(dry_run_output: str) -> dict[str, int]:

@@ -158,3 +158,68 @@ def test_survival_monotone_and_tau_bounds(seed, m, gamma):
     assert torch.all(tau >= 1) and torch.all(tau <= gamma + 1)
     tau_ind = independent_accepted_length(marginal_acceptance(a))
     assert torch.all(tau_ind >= 1) and torch.all(tau_ind <= gamma + 1)
+
+
+# ------------------------------------------------------------------- App. F.3 serving bounds
+
+import pytest  # noqa: E402
+
+from floorgap.estimators.serving import (  # noqa: E402
+    largest_risk_lower_bound,
+    risk_bound_accepted_length,
+)
+
+
+def test_one_speculative_token_gives_the_first_slots_risk() -> None:
+    """gamma = 1: tau = 1 + E[a_0] exactly, so r_min = 2 - tau (the paper's 1.82 -> 0.18)."""
+    assert largest_risk_lower_bound(1.82, 1) == pytest.approx(0.18)
+    assert largest_risk_lower_bound(2.0, 1) == 0.0
+    assert largest_risk_lower_bound(1.0, 1) == pytest.approx(1.0)
+
+
+def test_closed_form_pieces() -> None:
+    # gamma = 3, r = 0.2: 1 + 0.8 + 0.6 + 0.4 = 2.8
+    assert risk_bound_accepted_length(0.2, 3) == pytest.approx(2.8)
+    assert largest_risk_lower_bound(2.8, 3) == pytest.approx(0.2)
+    # r = 0.4: only two terms positive: 1 + 0.6 + 0.2 = 1.8
+    assert largest_risk_lower_bound(1.8, 3) == pytest.approx(0.4)
+    assert largest_risk_lower_bound(8.0, 7) == 0.0
+    with pytest.raises(ValueError):
+        largest_risk_lower_bound(0.5, 7)
+
+
+@settings(max_examples=60, deadline=None)
+@given(tau=st.floats(1.0, 9.0), gamma=st.integers(1, 8))
+def test_the_bound_inverts_the_accepted_length_floor(tau: float, gamma: int) -> None:
+    """r_min is the least r whose guaranteed accepted length does not exceed tau (bisection)."""
+    r = largest_risk_lower_bound(tau, gamma)
+    lo, hi = 0.0, 1.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if risk_bound_accepted_length(mid, gamma) <= tau else (mid, hi)
+    assert r == pytest.approx(hi, abs=1e-9)
+    # any drafter whose per-slot risks are all below r_min would have a larger tau
+    if r > 1e-6:
+        assert risk_bound_accepted_length(r * (1 - 1e-6), gamma) > tau - 1e-9
+
+
+def test_the_bound_holds_for_exact_chains() -> None:
+    """Exact chain tau of random context-dependent tables is at least the bound at the largest
+    free-rollout risk R_k = E_mu[TV(p_k, q_k)] (prefixes drawn from the target)."""
+    from floorgap.estimators.serving import exact_chain_tau
+
+    g = torch.Generator().manual_seed(0)
+    V, gamma = 4, 3
+    for _ in range(20):
+        p = [torch.softmax(torch.randn((V,) * (k + 1), generator=g) * 2, -1).double()
+             for k in range(gamma)]
+        q = [torch.softmax(torch.randn((V,) * (k + 1), generator=g) * 2, -1).double()
+             for k in range(gamma)]
+        risks, reach = [], torch.ones((), dtype=torch.float64)  # Pr_mu(prefix)
+        for k in range(gamma):
+            tv = 0.5 * (p[k] - q[k]).abs().sum(-1)
+            risks.append(float((reach * tv).sum()))
+            reach = reach.unsqueeze(-1) * p[k]
+        tau = float(exact_chain_tau(p, q))
+        assert tau >= risk_bound_accepted_length(max(risks), gamma) - 1e-9
+        assert max(risks) >= largest_risk_lower_bound(tau, gamma) - 1e-9

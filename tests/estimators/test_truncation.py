@@ -62,3 +62,64 @@ def test_weighted_band_contains_weighted_floor() -> None:
         res = truncated_floor(read.indices, read.values, read.residual, weights=w)
         assert float(res.band) == pytest.approx(float((w * read.residual).sum() / w.sum()))
         assert float(res.lower) - 1e-12 <= full <= float(res.upper) + 1e-12
+
+
+# ------------------------------------------------------------ truncated_slot_floors (API reads)
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from floorgap.estimators.floors import floor_order0, floor_order1_plugin  # noqa: E402
+from floorgap.estimators.truncation import (  # noqa: E402
+    renormalised_family,
+    truncated_slot_floors,
+)
+
+
+def test_renormalised_family_pads_and_matches_dense_rows() -> None:
+    """Padded reads (-1, 0) give the same rows as the dense renormalisation on the union."""
+    idx = torch.tensor([[5, 2, -1], [2, 9, 5]])
+    val = torch.tensor([[0.5, 0.3, 0.0], [0.4, 0.4, 0.1]], dtype=F64)
+    dense = renormalised_family(idx, val)
+    # union {2, 5, 9} in sorted order
+    expected = torch.tensor([[0.3 / 0.8, 0.5 / 0.8, 0.0], [0.4 / 0.9, 0.1 / 0.9, 0.4 / 0.9]],
+                            dtype=F64)
+    assert torch.allclose(dense, expected)
+    with pytest.raises(ValueError, match="padded"):
+        renormalised_family(torch.tensor([[1, -1]]), torch.tensor([[0.5, 0.1]], dtype=F64))
+
+
+def test_identical_reads_have_zero_floors_and_a_band_of_their_residual() -> None:
+    P = dirichlet(1, 40, 0.5, 3).expand(8, 40)
+    read = topk_sparse(P, 5)
+    out = truncated_slot_floors(read.indices, read.values, read.residual, None)
+    assert out.t0 == pytest.approx(0, abs=1e-12) and out.t1_plugin == pytest.approx(0, abs=1e-12)
+    assert out.omitted == pytest.approx(float(read.residual[0]))
+    assert out.t0_upper == pytest.approx(out.omitted)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), K=st.integers(1, 12), alpha=st.floats(0.05, 2.0),
+       groups=st.integers(1, 4))
+def test_bounds_contain_the_full_vocabulary_floors(seed: int, K: int, alpha: float,
+                                                   groups: int) -> None:
+    """|T - T~| <= E[r] for the in-sample T^(0) and the order-1 plug-in, whatever the reads."""
+    P = dirichlet(12, 25, alpha, seed)
+    pred = torch.as_tensor(np.random.default_rng(seed).integers(0, groups, 12))
+    read = topk_sparse(P, K)
+    out = truncated_slot_floors(read.indices, read.values, read.residual, pred)
+    t0, t1 = float(floor_order0(P)), float(floor_order1_plugin(P, pred))
+    assert out.t0_lower - 1e-12 <= t0 <= out.t0_upper + 1e-12
+    assert out.t1_plugin_lower - 1e-12 <= t1 <= out.t1_plugin_upper + 1e-12
+    assert out.t1_plugin <= out.t0 + 1e-12  # refining the partition never raises the floor
+
+
+def test_full_reads_reproduce_the_exact_floors() -> None:
+    """K = V: no omitted mass, and the values are the full-vocabulary floors."""
+    P = dirichlet(10, 15, 0.4, 7)
+    pred = torch.tensor([0, 0, 1, 1, 1, 2, 2, 0, 1, 2])
+    read = topk_sparse(P, 15)
+    out = truncated_slot_floors(read.indices, read.values, read.residual, pred)
+    assert out.omitted == pytest.approx(0, abs=1e-12)
+    assert out.t0 == pytest.approx(float(floor_order0(P)), abs=1e-9)
+    assert out.t1_plugin == pytest.approx(float(floor_order1_plugin(P, pred)), abs=1e-9)
