@@ -77,14 +77,15 @@ def records_of(anchor_id: str, P: np.ndarray, tokens: np.ndarray, K: int):
 
 def build_records(root: Path, *, domains=("gsm8k", "mbpp"), anchors_per_domain: int = 4,
                   prompts_per_domain: int = 2, gamma: int = 3, V: int = 6, seed: int = 0,
-                  identical: bool = False, pis: dict | None = None) -> dict[str, list[Path]]:
+                  identical: bool = False, pis: dict | None = None, K: int | None = None
+                  ) -> dict[str, list[Path]]:
     """Write anchors/<domain>.parquet and rollouts/<domain>/{paths,floors}-0.parquet.
 
     ``identical``: every anchor gets the same distributions and tokens (so every anchor-level
     value is equal). ``pis``: optional anchor_id -> inclusion probability. mbpp is recorded as
     a HumanEval stand-in, as the shipped default does.
     """
-    M, K = ROLLOUTS["paths"], ROLLOUTS["store_top_k"]
+    M, K = ROLLOUTS["paths"], K or ROLLOUTS["store_top_k"]
     rng = np.random.default_rng(seed)
     shared = anchor_block(rng, M, gamma, V, 0.5) if identical else None
     files = {"anchors": [], "paths": [], "floors": []}
@@ -105,7 +106,8 @@ def build_records(root: Path, *, domains=("gsm8k", "mbpp"), anchors_per_domain: 
                 "provenance": {"dataset": "HumanEval (OpenAI)" if d == "mbpp" else d.upper()}}
         a_path = root / "anchors" / f"{d}.parquet"
         write_table(a_path, pd.DataFrame(rows), meta)
-        rmeta = {"target": "tiny", "domain": d, "gamma": gamma, "rollouts": ROLLOUTS,
+        rmeta = {"target": "tiny", "domain": d, "gamma": gamma,
+                 "rollouts": {**ROLLOUTS, "store_top_k": K},
                  "shard": 0}
         p_path = root / "rollouts" / d / "paths-0.parquet"
         f_path = root / "rollouts" / d / "floors-0.parquet"

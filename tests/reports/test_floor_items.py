@@ -21,6 +21,7 @@ FLOOR_ITEMS = {
     "figD2_kmedian": "figure",
     "table3_floor_intervals": "table",
     "tableD1_concentration": "table",
+    "tableC6_top20": "table",
 }
 ITEMS = report_items()
 FIG_SPEC = json.dumps({"width_in": 3.4, "height_in": 2.4, "font_size": 8, "dpi": 60})
@@ -158,3 +159,31 @@ def test_unknown_item_and_missing_input_are_stage_errors(summary_path, tmp_path)
                                             str(tmp_path / "nope.parquet"), "--out-dir",
                                             str(tmp_path), "--out-values",
                                             str(tmp_path / "v.tex")]) == 2
+
+
+def test_top20_calibration_table_against_the_full_vocabulary(tmp_path):
+    """Reads of 20 entries over a vocabulary of 30: the top-20 floor differs from the full one
+    by at most its band in every cell, and the table and macros say so."""
+    from floorgap.reports.floor_items import FloorSummary, tableC6_top20
+    from floorgap.stages.floors import build_parser as floors_parser
+    from floorgap.stages.floors import main as floors_main
+
+    files = _builders().build_records(tmp_path, domains=("gsm8k", "mbpp"), anchors_per_domain=3,
+                                      gamma=3, V=30, K=22)
+    out = tmp_path / "floors"
+    spec = json.dumps({"bootstrap": 50, "level": 0.95, "kmedian_k": [1], "kmedian_restarts": 1})
+    argv = ["--spec", spec, "--anchors", *map(str, files["anchors"]),
+            "--paths", *map(str, files["paths"]), "--floors", *map(str, files["floors"]),
+            "--out-anchor-slot", str(out / "anchor_slot.parquet"),
+            "--out-summary", str(out / "summary.parquet"), "--threads", "1"]
+    assert run_stage(floors_main, floors_parser(), argv) == 0
+    values = tableC6_top20({"summary": out / "summary.parquet"}, {}, tmp_path)
+    s = FloorSummary(out / "summary.parquet")
+    table = pd.read_parquet(out / "anchor_slot.parquet")
+    diff = (table["t0_top20"] - table["t0"]).abs()
+    assert (diff <= table["t0_top20_band"] + 1e-9).all() and (table["t0_top20_band"] > 0).any()
+    assert values["\\fgTopTwentyViolations"] == "0"
+    assert s.get("T0_top20_minus_full", 2) == pytest.approx(
+        float((table[table.slot == 2]["t0_top20"] - table[table.slot == 2]["t0"]).mean()),
+        abs=0.05)
+    assert "top-20" in (tmp_path / "tableC6_top20.tex").read_text()

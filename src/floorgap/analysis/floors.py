@@ -87,8 +87,11 @@ ANCHOR_SLOT_COLUMNS = [  # the fixed part; K-median columns follow, one pair per
     "t1_uncovered_paths", "t1_plugin", "t1_reweighted", "t1_reweighted_ess_min",
     "t1_reweighted_ess_mean", "t1_reweighted_undefined", "n_eff_probe",
     "t0_topk", "t0_topk_band", "t0_topk_lower", "t0_topk_upper", "t0_full_minus_topk",
-    "topk_support", "n_eff", "n_distinct_prefixes",
+    "t0_top20", "t0_top20_band", "topk_support", "n_eff", "n_distinct_prefixes",
 ]
+#: The API read of App. C.6 (OpenAI-compatible endpoints cap top_logprobs at 20): the first 20
+#: entries of the stored (sorted) top-K reads, their residual the rest of the mass.
+API_TOP_K = 20
 
 #: Values may exceed [0, 1] by float rounding of the stored reads.
 _TOL = 1e-5
@@ -540,6 +543,10 @@ def anchor_slot_table(records: FloorRecords, *, kmedian_k: Sequence[int],
             row.update(t0_topk=float(tf.value), t0_topk_band=float(tf.band),
                        t0_topk_lower=float(tf.lower), t0_topk_upper=float(tf.upper),
                        topk_support=int(support.numel()))
+            if ids.shape[-1] >= API_TOP_K:
+                top20 = truncated_floor(ids[:, :API_TOP_K], vals[:, :API_TOP_K],
+                                        resid + vals[:, API_TOP_K:].sum(-1))
+                row.update(t0_top20=float(top20.value), t0_top20_band=float(top20.band))
             for K in ks:
                 gen = torch.Generator().manual_seed(derive_seed(seed, "kmedian", aid, k, K))
                 km = tv_kmedian(dense, K, restarts=kmedian_restarts, generator=gen,
@@ -608,6 +615,12 @@ NOTES = {
     "T0_full_minus_topk_abs": "Hajek mean of |full-vocabulary - top-K order-0 floor|",
     "topk_band_violations": "count of cells where |full - top-K| exceeds the band E[r] "
                             "(+1e-6); the band is a theorem, so this should be 0",
+    "T0_top20": "Hajek mean of the order-0 floor of the first 20 entries of the top-K reads "
+                "(the API read, App. C.6)",
+    "T0_top20_band": "Hajek mean of the top-20 band E[r]",
+    "T0_top20_minus_full": "Hajek mean of the paired difference top-20 - full vocabulary",
+    "T0_top20_minus_full_abs": "Hajek mean of |top-20 - full vocabulary| order-0 floor",
+    "top20_band_violations": "count of cells where |full - top-20| exceeds its band (+1e-6)",
     "T0_median": "Hajek-weighted median of the order-0 floor (averaged inverse CDF)",
     "T0_topdecile_share": "share of the slot's Hajek-weighted total floor carried by the top "
                           "decile of anchor mass",
@@ -884,6 +897,18 @@ def _topk_block(rows: list[dict], s: _Scope) -> None:
     for k in slots:
         viol = ok[:, k] & ((t0[:, k] - tk[:, k]).abs() > band[:, k] + 1e-6)
         _count(rows, "topk_band_violations", s.name, k, int(viol.sum()), int(ok[:, k].sum()))
+    t20, band20 = s.matrix("t0_top20"), s.matrix("t0_top20_band")
+    ok20 = t0.isfinite() & t20.isfinite()
+    if bool(ok20.any()):
+        _emit_slots(rows, "T0_top20", s.name, s.mean(t20, t20.isfinite()), slots)
+        _emit_slots(rows, "T0_top20_band", s.name, s.mean(band20, band20.isfinite()), slots)
+        _emit_slots(rows, "T0_top20_minus_full", s.name, s.mean(t20 - t0, ok20), slots)
+        _emit_slots(rows, "T0_top20_minus_full_abs", s.name, s.mean((t20 - t0).abs(), ok20),
+                    slots)
+        for k in slots:
+            viol = ok20[:, k] & ((t0[:, k] - t20[:, k]).abs() > band20[:, k] + 1e-6)
+            _count(rows, "top20_band_violations", s.name, k, int(viol.sum()),
+                   int(ok20[:, k].sum()))
 
 
 def _kmedian_block(rows: list[dict], s: _Scope, ks: Sequence[int]) -> None:

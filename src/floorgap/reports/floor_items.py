@@ -38,6 +38,7 @@ __all__ = [
     "figD2_kmedian",
     "table3_floor_intervals",
     "tableD1_concentration",
+    "tableC6_top20",
 ]
 
 
@@ -452,3 +453,49 @@ def tableD1_concentration(inputs: Mapping[str, Path], spec: Mapping[str, Any],
         values[macro_name("floor", "corr", "raw", "domain", "min")] = _signed(min(finite_raw))
         values[macro_name("floor", "corr", "raw", "domain", "max")] = _signed(max(finite_raw))
     return values
+
+
+def tableC6_top20(inputs: Mapping[str, Path], spec: Mapping[str, Any],
+                  out_dir: Path) -> dict[str, str]:
+    """Table C.6 (calibration): on the same anchors and paths, the order-0 floor of top-20 reads
+    (the API cap) against the full vocabulary: the paired difference with its interval, the
+    band E[r] and the cells where the difference leaves the band (a theorem: none). Rollouts
+    that stored fewer than 20 entries per read give "--"."""
+    s = _summary(inputs)
+    slots = list(range(s.gamma))
+    quantities = [(r"$T_{k}^{(0)}$, full vocabulary", "T0"),
+                  (r"$\widetilde T_{k}^{(0)}$, top-20", "T0_top20"),
+                  (r"paired difference (top-20 $-$ full)", "T0_top20_minus_full"),
+                  (r"band $\mathbb{E}[r]$", "T0_top20_band"),
+                  ("cells outside the band", "top20_band_violations")]
+    latex = []
+    for label, stat in quantities:
+        values = [s.get(stat, k) for k in slots]
+        if stat == "top20_band_violations":
+            cells = [_count(v) for v in values]
+        elif stat == "T0_top20_minus_full":
+            cells = [_signed(v, 4) for v in values]
+        else:
+            cells = [fmt(v, 4) for v in values]
+        latex.append([label, *cells])
+    shown = pd.DataFrame(latex, columns=["slot $k$"] + [str(k) for k in slots])
+    frames = []
+    for label, stat in quantities:
+        df = s.rows(stat).reindex(slots).rename_axis("slot").reset_index()
+        df.insert(0, "quantity", label)
+        frames.append(df[["quantity", "slot", "estimate", "lower", "upper", "n_anchors"]])
+    write_table(pd.concat(frames, ignore_index=True), "tableC6_top20", tex_dir=out_dir,
+                latex=shown)
+    diffs = [abs(s.get("T0_top20_minus_full", k)) for k in s.slots]
+    finite = [d for d in diffs if math.isfinite(d)]
+    viol = [s.get("top20_band_violations", k) for k in slots]
+    return {
+        macro_name("topTwenty", "max", "abs", "diff"): fmt(max(finite), 4) if finite else "--",
+        macro_name("topTwenty", "band", "last"): fmt(s.get("T0_top20_band", s.last), 4),
+        macro_name("topTwenty", "diff", "last"): _signed(s.get("T0_top20_minus_full", s.last), 4),
+        macro_name("topTwenty", "diff", "last", "CI"): fmt_interval(
+            s.get("T0_top20_minus_full", s.last, field="lower"),
+            s.get("T0_top20_minus_full", s.last, field="upper"), 4),
+        macro_name("topTwenty", "violations"): _count(sum(v for v in viol if math.isfinite(v)))
+        if any(math.isfinite(v) for v in viol) else "--",
+    }

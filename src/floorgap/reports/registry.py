@@ -106,6 +106,7 @@ ITEMS: tuple[ReportItem, ...] = (
     _row("table9_serving_per_task", "table", "serving", "Serving", "serving_items"),
     _row("table11_concurrency", "table", "serving", "Serving", "serving_items"),
     _row("figH_served_vs_offline", "figure", "serving", "Serving", "serving_items"),
+    _row("tableC6_top20", "table", "floors", "Floors", "floor_items"),
     _row("tableC6_api_floors", "table", "api_floors", "Reach", "reach_items"),
     _row("tableF3_serving_bounds", "table", "serving", "Reach", "reach_items"),
     _row("table2_notation", "table", "notation", "Reach", "reach_items"),
