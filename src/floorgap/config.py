@@ -364,6 +364,20 @@ class WorkflowSpec:
                 "bootstrap": self.config["analysis"]["bootstrap"],
                 "level": self.config["analysis"]["level"], "seed": self.config["seed"]}
 
+    # ------------------------------------------------ robustness of the floors (App. C.3-C.7)
+
+    #: the variants of the floor_variants section, each a report item's run
+    FLOOR_VARIANTS = ("finite_m", "block16", "sampling_law")
+
+    def floor_variants_spec(self, target: str, variant: str) -> dict[str, Any]:
+        cfg = self.config
+        section = cfg["floor_variants"]
+        return {"target": self.target(target), "variant": {"name": variant, **section[variant]},
+                "anchors_per_domain": section["anchors_per_domain"],
+                "law": cfg["evaluation_law"], "gamma": cfg["anchors"]["gamma"],
+                "paths": cfg["rollouts"]["paths"],
+                "forward_batch": cfg["rollouts"]["forward_batch"]}
+
     # ------------------------------------------------------- floors through an API (Sec. 3.4)
 
     @property

@@ -21,7 +21,6 @@ from floorgap.errors import StageError
 from floorgap.probes.api_floors import (
     AnchorJournal,
     Endpoint,
-    PathRead,
     RateLimiter,
     anchor_prompt,
     parse_choice,

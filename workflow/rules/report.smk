@@ -20,6 +20,8 @@ READS = {
     "mi": {d: f"results/{W.primary}/mi/{d}.parquet" for d in W.domains},
     "serving": {"summary": f"results/{W.primary}/serving_summary/summary.parquet"},
     "api_floors": {"summary": f"results/{W.primary}/api_floors/summary.parquet"},
+    "floor_variants": {v: f"results/{W.primary}/floor_variants/{v}_summary.parquet"
+                       for v in W.FLOOR_VARIANTS},
     "notation": {},
 }
 

@@ -319,3 +319,14 @@ def read_shard(anchors_path: Path, corpus_path: Path, *, shard: int, shards: int
     anchor_meta = read_metadata(anchors_path)
     check_anchors_gamma(anchors_path, anchor_meta, gamma)
     return anchors, anchor_meta, corpus
+
+
+def leading_anchors(anchors: pd.DataFrame, per_domain: int, room: int | None = None
+                    ) -> pd.DataFrame:
+    """The first ``per_domain`` anchors of each domain by anchor id (domains in id order): the
+    fixed subset the robustness probes share. ``room``: keep only anchors whose response holds a
+    block of ``room`` tokens after the anchor (``t + room <= n_response_tokens``)."""
+    ordered = anchors.sort_values("anchor_id", kind="stable")
+    if room is not None:
+        ordered = ordered[ordered["t"] + int(room) <= ordered["n_response_tokens"]]
+    return ordered.groupby("domain", sort=True).head(int(per_domain)).reset_index(drop=True)

@@ -25,9 +25,10 @@ from floorgap.errors import StageError
 #: ``floors`` floors/summary.parquet; ``gaps`` gaps/summary.parquet; ``gaps_trajectory`` and
 #: ``gaps_components`` the other two gaps summaries; ``mi`` one mi/<domain>.parquet per domain;
 #: ``serving`` serving_summary/summary.parquet; ``api_floors`` api_floors/summary.parquet;
-#: ``notation`` nothing (the notation module).
+#: ``floor_variants`` floor_variants/<variant>_summary.parquet by variant; ``notation`` nothing
+#: (the notation module).
 READS = ("floors", "gaps", "gaps_trajectory", "gaps_components", "gaps_budget", "mi", "serving",
-         "api_floors", "notation")
+         "api_floors", "floor_variants", "notation")
 
 Item = Callable[[Mapping[str, Path], Mapping[str, Any], Path], dict[str, str]]
 
@@ -106,7 +107,10 @@ ITEMS: tuple[ReportItem, ...] = (
     _row("table9_serving_per_task", "table", "serving", "Serving", "serving_items"),
     _row("table11_concurrency", "table", "serving", "Serving", "serving_items"),
     _row("figH_served_vs_offline", "figure", "serving", "Serving", "serving_items"),
+    _row("tableC3_finite_m", "table", "floor_variants", "Floors", "robustness_items"),
+    _row("tableC4_block16", "table", "floor_variants", "Floors", "robustness_items"),
     _row("tableC6_top20", "table", "floors", "Floors", "floor_items"),
+    _row("tableC7_sampling_law", "table", "floor_variants", "Floors", "robustness_items"),
     _row("tableC6_api_floors", "table", "api_floors", "Reach", "reach_items"),
     _row("tableF3_serving_bounds", "table", "serving", "Reach", "reach_items"),
     _row("table2_notation", "table", "notation", "Reach", "reach_items"),

@@ -24,6 +24,7 @@ STAGES: dict[str, str] = {
     "serving": "one system (AR or a drafter) served in a real engine over the benchmark rows",
     "serving_replay": "each served round of a drafter replayed offline: accept factors and TV",
     "serving_summary": "served accepted length and speedup by task, temperature, concurrency",
+    "floor_variants": "floors with M, gamma or the sampling law changed (App. C.3, C.4, C.7)",
     "api_floors": "floors with omitted-mass bounds read through an OpenAI-compatible API",
     "report": "one paper figure or table (and its values fragment) from analysis summaries",
     "values": "concatenate the items' values fragments into paper/values.tex",

@@ -42,12 +42,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def selected_anchors(anchors: Any, per_domain: int) -> Any:
-    """The first ``per_domain`` anchors of each domain by anchor id (domains in id order)."""
-    ordered = anchors.sort_values("anchor_id", kind="stable")
-    return ordered.groupby("domain", sort=True).head(int(per_domain)).reset_index(drop=True)
-
-
 @contextlib.contextmanager
 def endpoint_for(spec: Mapping[str, Any], model_dir: Path, engine_log: Path) -> Iterator[Any]:
     """The :class:`Endpoint` to read: a local vLLM server on the target, started here and
@@ -97,7 +91,7 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     import torch
 
     from floorgap.analysis.api_floors import anchor_slot_floors, reads_table, summarise
-    from floorgap.data.anchors import anchor_contexts
+    from floorgap.data.anchors import anchor_contexts, leading_anchors
     from floorgap.errors import StageError
     from floorgap.probes.api_floors import (AnchorJournal, RateLimiter, anchor_prompt,
                                             full_vocab_floors, read_anchor, token_ids)
@@ -111,8 +105,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     gamma, n_paths = int(spec["gamma"]), int(cfg["paths"])
     law = SamplingLaw.from_spec(spec["law"])
     corpus = pd.concat([read_table(f) for f in args.corpus], ignore_index=True)
-    anchors = selected_anchors(pd.concat([read_table(f) for f in args.anchors],
-                                         ignore_index=True), cfg["anchors_per_domain"])
+    anchors = leading_anchors(pd.concat([read_table(f) for f in args.anchors],
+                                        ignore_index=True), cfg["anchors_per_domain"])
     contexts = dict(zip(anchors["anchor_id"], anchor_contexts(corpus, anchors)))
     route = cfg["endpoint"].get("route", "completions")
     journal = AnchorJournal(args.journal, run_fingerprint(spec, list(anchors["anchor_id"])))

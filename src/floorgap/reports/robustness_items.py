@@ -1,0 +1,124 @@
+"""Paper items of the floors' robustness runs (App. C.3, C.4, C.7), from the floor_variants
+summaries (floorgap.analysis.floor_variants): ``tableC3_finite_m``, ``tableC4_block16`` and
+``tableC7_sampling_law``. Values are means over the variant's anchors (the first of each domain),
+not population estimates; the tables say how many anchors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from floorgap.records import read_metadata, read_table
+from floorgap.reports.common import fmt, fmt_pct, macro_name, write_table
+
+__all__ = ["tableC3_finite_m", "tableC4_block16", "tableC7_sampling_law"]
+
+
+def _rows(path: Path, law: str = "evaluation", paths: int | None = None) -> pd.DataFrame:
+    df = read_table(path)
+    df = df[df["law"] == law]
+    if paths is not None:
+        df = df[df["paths"] == paths]
+    return df.set_index("slot").sort_index()
+
+
+def _signed(value: float, digits: int = 4) -> str:
+    return "--" if not math.isfinite(value) else f"\\ensuremath{{{value:+.{digits}f}}}"
+
+
+def tableC3_finite_m(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                     ) -> dict[str, str]:
+    """Table C.3: T^(0) and the split-half T^(1) at every M on nested paths, the absolute change
+    from each M to the largest, and the split-half fit check (T^(0) split - in-sample)."""
+    path = inputs["finite_m"]
+    df = read_table(path)
+    ms = sorted(int(m) for m in df["paths"].unique())
+    top = _rows(path, paths=ms[-1])
+    slots = list(top.index)
+    lines, values = [], {}
+    for m in ms:
+        r = _rows(path, paths=m)
+        lines.append([f"$T^{{(0)}}$, $M={m}$", *[fmt(r.at[k, "t0"], 4) for k in slots]])
+        lines.append([f"$T^{{(1)}}$, $M={m}$", *[fmt(r.at[k, "t1_split"], 4) for k in slots]])
+    for m in ms[:-1]:
+        r = _rows(path, paths=m)
+        for stat, sym in (("t0", "0"), ("t1_split", "1")):
+            diff = (top[stat] - r[stat]).abs()
+            lines.append([f"$|T^{{({sym})}}_{{M={ms[-1]}}}-T^{{({sym})}}_{{M={m}}}|$",
+                          *[fmt(diff.at[k], 4) for k in slots]])
+            if m == ms[0]:
+                values[macro_name("finite", "m", "smallest", "T", sym, "max", "diff")] = fmt(
+                    float(diff.iloc[1:].max()), 4)
+    lines.append([f"fit check $T^{{(0)}}_{{\\mathrm{{split}}}}-T^{{(0)}}$, $M={ms[-1]}$",
+                  *[_signed(top.at[k, "fit_diff"]) for k in slots]])
+    shown = pd.DataFrame(lines, columns=["slot $k$", *map(str, slots)])
+    write_table(df, "tableC3_finite_m", tex_dir=out_dir, latex=shown)
+    values[macro_name("finite", "m", "anchors")] = str(int(top["anchors"].max()))
+    values[macro_name("finite", "m", "largest")] = str(ms[-1])
+    values[macro_name("finite", "m", "smallest")] = str(ms[0])
+    values[macro_name("finite", "m", "fit", "max")] = fmt(float(top["fit_diff"].abs().max()), 4)
+    return values
+
+
+def tableC4_block16(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                    ) -> dict[str, str]:
+    """Table C.4: T^(0) and the split-half T^(1) by slot of the longer block, and the share of
+    T^(0) one realised token removes."""
+    path = inputs["block16"]
+    meta = read_metadata(path)
+    r = _rows(path)
+    slots = list(r.index)
+    lines = [["$T^{(0)}_k$", *[fmt(r.at[k, "t0"], 3) for k in slots]],
+             ["$T^{(1)}_k$", *["--" if k == 0 else fmt(r.at[k, "t1_split"], 3) for k in slots]],
+             ["removed", *["--" if k < 2 else fmt_pct(r.at[k, "share_removed"], 0)
+                           for k in slots]]]
+    shown = pd.DataFrame(lines, columns=["slot $k$", *map(str, slots)])
+    write_table(read_table(path), "tableC4_block16", tex_dir=out_dir, latex=shown,
+                column_format="l" + "r" * len(slots))
+    last = slots[-1]
+    deep = r.loc[2:, "share_removed"]
+    return {
+        macro_name("block", "gamma"): str(int(meta.get("gamma", last + 1))),
+        macro_name("block", "anchors"): str(int(r["anchors"].max())),
+        macro_name("block", "T0", "last"): fmt(r.at[last, "t0"], 3),
+        macro_name("block", "T1", "last"): fmt(r.at[last, "t1_split"], 3),
+        macro_name("block", "accept", "last"): fmt_pct(1 - r.at[last, "t0"]),
+        macro_name("block", "removed", "min"): fmt_pct(float(deep.min())),
+        macro_name("block", "removed", "max"): fmt_pct(float(deep.max())),
+    }
+
+
+def tableC7_sampling_law(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                         ) -> dict[str, str]:
+    """Table C.7: on the same anchors, T^(0) and T^(1) under the evaluation law and under the
+    drafters' training law, by slot, and the relative change of the final-slot floor."""
+    path = inputs["sampling_law"]
+    meta = read_metadata(path)
+    base, train = _rows(path, "evaluation"), _rows(path, "variant")
+    slots = list(base.index)
+    lines = []
+    for k in slots:
+        lines.append([str(k), fmt(base.at[k, "t0"], 3), fmt(train.at[k, "t0"], 3),
+                      "--" if k == 0 else fmt(base.at[k, "t1_split"], 3),
+                      "--" if k == 0 else fmt(train.at[k, "t1_split"], 3)])
+    shown = pd.DataFrame(lines, columns=["slot", "$T^{(0)}$ base", "$T^{(0)}$ train",
+                                         "$T^{(1)}$ base", "$T^{(1)}$ train"])
+    write_table(read_table(path), "tableC7_sampling_law", tex_dir=out_dir, latex=shown)
+    law = (meta.get("laws") or {}).get("variant", {})
+    last = slots[-1]
+    change = train.at[last, "t0"] / base.at[last, "t0"] - 1 if base.at[last, "t0"] > 0 \
+        else math.nan
+    return {
+        macro_name("law", "anchors"): str(int(base["anchors"].max())),
+        macro_name("law", "train", "description"):
+            f"temperature {law.get('temperature', 1):g}, top-$p$ {law.get('top_p', 1):g}, "
+            f"top-$k$ {law.get('top_k', 0)}",
+        macro_name("law", "T0", "base", "last"): fmt(base.at[last, "t0"], 3),
+        macro_name("law", "T0", "train", "last"): fmt(train.at[last, "t0"], 3),
+        macro_name("law", "T0", "change", "last"): fmt_pct(change, 0),
+    }
