@@ -421,7 +421,7 @@ class WorkflowSpec:
         bootstrap and ESS gates (the MI table)."""
         cfg = self.config
         spec: dict[str, Any] = dict(cfg["figures"]) if kind == "figure" else {}
-        if reads.startswith("gaps") or reads == "serving":
+        if reads.startswith("gaps") or reads in ("serving", "cross_target"):
             spec["roles"] = self.roles
         if reads == "serving":
             # App. F.3: published accepted lengths to bound, beside the project's own

@@ -213,3 +213,28 @@ def test_macros_are_named_by_role_whatever_the_variants_are_called(tmp_path):
     assert not any("Blockwise" in m or "Markov" in m for m in values)
     tex = (tmp_path / "tables" / "table8_dependence.tex").read_text()
     assert "blockwise" in tex and "markov" in tex  # the tables show the variants' own names
+
+
+def test_fig5_compares_every_targets_final_slot(summary_path, tmp_path):
+    """Two targets (the same summary twice, and a second built from other draws): one bar pair per
+    target, and the cross-target ranges of G0/R and G1/R^oracle follow the summaries."""
+    from floorgap.reports.gap_items import GapSummary
+    from floorgap.reports.reach_items import fig5_cross_target
+    from floorgap.stages.gaps import build_parser as stage_parser
+    from floorgap.stages.gaps import main as stage_main
+
+    files = _builders().build(tmp_path / "b", gamma=3, M=6, anchors_per_domain=3, seed=5)
+    other = tmp_path / "b" / "gaps" / "summary.parquet"
+    argv = ["--spec", json.dumps({"bootstrap": 50, "level": 0.95, "contrasts": []}),
+            "--anchor-slot", str(files["anchor_slot"][0]),
+            "--paths", *map(str, files["paths"]), "--slots", *map(str, files["slots"]),
+            "--out-summary", str(other), "--threads", "1"]
+    assert run_stage(stage_main, stage_parser(), argv) == 0
+    spec = json.loads(FIG_SPEC)
+    values = fig5_cross_target({"gaps_first": summary_path, "gaps_second": other}, spec, tmp_path)
+    assert (tmp_path / "fig5_cross_target.pdf").stat().st_size > 1000
+    shares = [GapSummary(p).get("G0_share", ROLES["order0"], 2) for p in (summary_path, other)]
+    assert values["\\fgCrossTargets"] == "2"
+    assert values["\\fgCrossDflashGapShareMin"] == f"{100 * min(shares):.0f}\\%"
+    assert values["\\fgCrossDflashGapShareMax"] == f"{100 * max(shares):.0f}\\%"
+    assert "\\texttt{first}, \\texttt{second}" == values["\\fgCrossTargetList"]

@@ -22,6 +22,8 @@ READS = {
     "api_floors": {"summary": f"results/{W.primary}/api_floors/summary.parquet"},
     "floor_variants": {v: f"results/{W.primary}/floor_variants/{v}_summary.parquet"
                        for v in W.FLOOR_VARIANTS},
+    # Fig. 5 compares the targets: every target's gaps summary
+    "cross_target": {f"gaps_{t}": f"results/{t}/gaps/summary.parquet" for t in W.targets},
     "notation": {},
 }
 

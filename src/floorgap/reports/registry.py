@@ -25,10 +25,11 @@ from floorgap.errors import StageError
 #: ``floors`` floors/summary.parquet; ``gaps`` gaps/summary.parquet; ``gaps_trajectory`` and
 #: ``gaps_components`` the other two gaps summaries; ``mi`` one mi/<domain>.parquet per domain;
 #: ``serving`` serving_summary/summary.parquet; ``api_floors`` api_floors/summary.parquet;
-#: ``floor_variants`` floor_variants/<variant>_summary.parquet by variant; ``notation`` nothing
+#: ``floor_variants`` floor_variants/<variant>_summary.parquet by variant; ``cross_target`` every
+#: target's gaps/summary.parquet (``gaps_<target>``); ``notation`` nothing
 #: (the notation module).
 READS = ("floors", "gaps", "gaps_trajectory", "gaps_components", "gaps_budget", "mi", "serving",
-         "api_floors", "floor_variants", "notation")
+         "api_floors", "floor_variants", "cross_target", "notation")
 
 Item = Callable[[Mapping[str, Path], Mapping[str, Any], Path], dict[str, str]]
 
@@ -111,6 +112,7 @@ ITEMS: tuple[ReportItem, ...] = (
     _row("tableC4_block16", "table", "floor_variants", "Floors", "robustness_items"),
     _row("tableC6_top20", "table", "floors", "Floors", "floor_items"),
     _row("tableC7_sampling_law", "table", "floor_variants", "Floors", "robustness_items"),
+    _row("fig5_cross_target", "figure", "cross_target", "Reach", "reach_items"),
     _row("tableC6_api_floors", "table", "api_floors", "Reach", "reach_items"),
     _row("tableF3_serving_bounds", "table", "serving", "Reach", "reach_items"),
     _row("table2_notation", "table", "notation", "Reach", "reach_items"),
