@@ -257,6 +257,11 @@ class WorkflowSpec:
         """Estimation settings; the config seed keys the bootstrap and K-median draws."""
         return {**self.config["analysis"], "seed": self.config["seed"], **extra}
 
+    def taps(self, target: str) -> list[int]:
+        """The target layers the drafters read: the target's own ``taps`` (targets differ in
+        depth) or ``drafters.taps``."""
+        return list(self.config["targets"][target].get("taps") or self.config["drafters"]["taps"])
+
     def drafter_data_spec(self, target: str) -> dict[str, Any]:
         """What the drafter_data stage reads; the taps and the training precision only when the
         record stores features (otherwise changing them reruns nothing there)."""
@@ -267,7 +272,7 @@ class WorkflowSpec:
                 "evaluation_law": cfg["evaluation_law"], "gamma": cfg["anchors"]["gamma"],
                 "seed": cfg["seed"]}
         if drafters["training_data"].get("store_features", False):
-            spec["features"] = {"taps": drafters["taps"],
+            spec["features"] = {"taps": self.taps(target),
                                 "dtype": drafters["train"].get("autocast") or "float32"}
         return spec
 
@@ -280,7 +285,7 @@ class WorkflowSpec:
                     "gamma": cfg["anchors"]["gamma"]}
         return {"target": self.target(target), "variant": self.variant_entry(variant),
                 "export_epochs": variant in self.trajectory + self.budget_variants + self.budget_arms,
-                "taps": cfg["drafters"]["taps"],
+                "taps": self.taps(target),
                 "train": cfg["drafters"]["train"], "gamma": cfg["anchors"]["gamma"],
                 "seed": cfg["seed"]}
 

@@ -150,3 +150,29 @@ def test_gguf_materialisation_matches_gguf_model(tmp_path):
     ids = torch.tensor([chat_prompt_ids(tok, "What is the capital of France?")])
     with torch.no_grad():
         assert torch.equal(model(ids).logits, ref(ids).logits)
+
+
+@pytest.mark.slow
+def test_a_chunked_gguf_package_materialises_the_second_target(tmp_path, monkeypatch, repo):
+    """Gemma-3-270M (workflow/configs/gemma3-270m.yaml): its package joins the chunk packages
+    into the GGUF (cached under $FLOORGAP_CACHE), the saved folder reproduces the GGUF model's
+    logits, and as a base model it formats prompts without a chat template."""
+    import yaml
+
+    from floorgap.models.targets import chat_prompt_ids, package_gguf
+
+    monkeypatch.setenv("FLOORGAP_CACHE", str(tmp_path / "cache"))
+    overlay = yaml.safe_load((repo / "workflow" / "configs" / "gemma3-270m.yaml").read_text())
+    name, target = next(iter(overlay["targets"].items()))
+    path, version = package_gguf(target["source"])
+    assert path.is_file() and str(path).startswith(str(tmp_path / "cache")) and version == "1.0.0"
+    out = tmp_path / name
+    assert run_stage(main, build_parser(), ["--spec", json.dumps({"name": name, **target}),
+                                            "--out", str(out)]) == 0
+    info = read_model_info(out)
+    assert info["num_hidden_layers"] == 18 and info["verify_max_abs_logit_diff"] == 0.0
+    assert max(target["taps"]) < info["num_hidden_layers"]
+    _, tok = load_target(out)
+    ids = chat_prompt_ids(tok, "The capital of France is", chat_template=False)
+    assert tok.decode(ids).endswith("The capital of France is")
+    assert "<start_of_turn>" not in tok.decode(ids)

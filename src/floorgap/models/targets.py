@@ -106,6 +106,34 @@ def locate_package_file(package: str, file: str, install: str | None = None) -> 
     return path, version
 
 
+def package_gguf(source: dict[str, Any]) -> tuple[Path, str]:
+    """The GGUF file of a ``gguf_package`` source and its package version.
+
+    Most packages ship the file whole (found through the distribution's file list). A package
+    that ships it in chunk packages names its joining function in ``assemble``
+    (``"module:function"``, called with ``output_path``); the joined file goes to the cache
+    folder ``$FLOORGAP_CACHE`` (default ``~/.cache/floorgap``), keyed by package and version.
+    """
+    fix = f"; install it with: {source['install']}" if source.get("install") else ""
+    if not source.get("assemble"):
+        return locate_package_file(source["package"], source["file"], source.get("install"))
+    try:
+        version = importlib.metadata.version(source["package"])
+    except importlib.metadata.PackageNotFoundError:
+        raise StageError(f"the Python package {source['package']!r} is not installed{fix}"
+                         ) from None
+    module, _, attr = str(source["assemble"]).partition(":")
+    cache = Path(os.environ.get("FLOORGAP_CACHE") or Path.home() / ".cache" / "floorgap")
+    out = cache / "gguf" / f"{source['package']}-{version}" / source["file"]
+    try:
+        join = getattr(importlib.import_module(module), attr)
+        path = Path(join(output_path=out))
+    except (ImportError, AttributeError, FileNotFoundError) as exc:
+        raise StageError(f"{source['assemble']} could not join the GGUF of {source['package']} "
+                         f"({exc}){fix}") from None
+    return path, version
+
+
 # ---------------------------------------------------------------------------------------------
 # Tokenizers
 
@@ -116,8 +144,7 @@ def load_tokenizer_source(source: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
 
     kind = source.get("kind")
     if kind == "gguf_package":
-        path, version = locate_package_file(source["package"], source["file"],
-                                            source.get("install"))
+        path, version = package_gguf(source)
         tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         return tok, {"kind": kind, "package": source["package"], "package_version": version,
                      "file": str(path.name), "gguf_sha256": sha256_file(path)}
@@ -210,7 +237,7 @@ def chat_prompt_ids(tokenizer: Any, prompt: str, *, chat_template: bool = True,
 def _gguf_model(source: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path, version = locate_package_file(source["package"], source["file"], source.get("install"))
+    path, version = package_gguf(source)
     for dep in ("gguf", "accelerate"):
         try:
             importlib.metadata.version(dep)
