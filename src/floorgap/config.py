@@ -350,7 +350,8 @@ class WorkflowSpec:
         serving.update(port=self.serving_port(system),
                        max_model_len=int(serving.get("max_model_len", 4096)))
         return {"target": self.target(target), "system": self.serving_system(system),
-                "serving": {k: v for k, v in serving.items() if k not in ("systems", "tasks")},
+                "serving": {k: v for k, v in serving.items()
+                            if k not in ("systems", "tasks", "published")},
                 "gamma": self.config["anchors"]["gamma"], "seed": self.config["seed"]}
 
     @property
