@@ -160,7 +160,7 @@ def running_engine(spec: EngineSpec, log_path: str | Path) -> Iterator[str]:
     log.info("starting %s: %s", spec.engine, " ".join(cmd))
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_die_with_parent)
     try:
         start = time.monotonic()
         while _get(f"{spec.base_url}/health", 5.0) != 200:
@@ -175,6 +175,17 @@ def running_engine(spec: EngineSpec, log_path: str | Path) -> Iterator[str]:
         yield spec.base_url
     finally:
         _stop(proc)
+
+
+def _die_with_parent() -> None:
+    """In the server's process, before exec: ask Linux for SIGTERM when the stage that started
+    it dies, so a killed job (kill -9 of a workflow) leaves no server holding its port."""
+    import ctypes
+    import sys
+
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _stop(proc: subprocess.Popen) -> None:
