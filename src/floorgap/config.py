@@ -391,9 +391,25 @@ class WorkflowSpec:
         """The api_floors section, or None when the config has none (no api_floors stage)."""
         return self.config.get("api_floors")
 
-    def api_floors_spec(self, target: str) -> dict[str, Any]:
+    #: the reads of the api_floors stage: ``api`` (the frontier emulation: top-20, checked on
+    #: the same paths) and ``replication`` (App. C.2: a second engine's top-256 reads)
+    API_READS = ("api", "replication")
+
+    def api_floors_spec(self, target: str, read: str = "api") -> dict[str, Any]:
+        """The api_floors section for one read; ``replication`` takes its anchors, paths and
+        top_k from the ``replication`` section, on the same endpoint (one port up) without the
+        matched check."""
         cfg = self.config
-        return {"target": self.target(target), "api_floors": self.api_floors,
+        section = dict(self.api_floors or {})
+        if read == "replication":
+            rep = cfg["replication"]
+            endpoint = dict(section["endpoint"])
+            endpoint["port"] = int(endpoint.get("port", 8031)) + 1
+            section.update(anchors_per_domain=rep["anchors_per_domain"], paths=rep["paths"],
+                           top_k=rep["top_k"], matched=False, endpoint=endpoint)
+        elif read != "api":
+            raise ConfigError(f"unknown api_floors read {read!r}; use one of {self.API_READS}")
+        return {"target": self.target(target), "api_floors": section, "read": read,
                 "law": cfg["evaluation_law"], "gamma": cfg["anchors"]["gamma"],
                 "seed": cfg["seed"],
                 "serving_python": (self.serving or {}).get("python", ".venv-serving/bin/python")}

@@ -108,3 +108,26 @@ def test_table2_lists_the_notation_and_every_home_documents_its_symbol(tmp_path:
             module, _, attr = home.partition(":")
             doc = getattr(importlib.import_module(module), attr).__doc__ or ""
             assert sym.ascii in doc, f"{home}'s docstring does not spell {sym.ascii}"
+
+
+def test_table_c2_replication_pairs_the_engines_on_the_same_anchors(tmp_path: Path) -> None:
+    from floorgap.reports.robustness_items import tableC2_replication
+
+    rep = anchor_slot_floors(_reads(), 2, top_k=2)
+    rep_path = tmp_path / "rep.parquet"
+    write_table(rep_path, rep, {"paths": 4, "top_k": 2})
+    full = pd.DataFrame([{"anchor_id": a, "slot": k, "t0": t0, "t1_split_cov": 0.1,
+                          "t1_covered_mass": 0.5, "t1_reweighted": 0.2 if k else np.nan}
+                         for a, t0 in (("a", 0.3), ("b", 0.5)) for k in (0, 1)])
+    full_path = tmp_path / "anchor_slot.parquet"
+    write_table(full_path, full, {})
+    values = tableC2_replication({"replication": rep_path, "anchor_slot": full_path}, {},
+                                 tmp_path)
+    out = pd.read_csv(tmp_path / "tableC2_replication.csv")
+    last = out[out.slot == 1].iloc[0]
+    a1 = rep[(rep.anchor_id == "a") & (rep.slot == 1)].iloc[0]
+    assert last["anchors"] == 1  # anchor b's slot 1 is incomplete
+    assert last["t0_diff"] == pytest.approx(a1["t0"] - 0.3)
+    assert last["t1_split"] == pytest.approx(0.1) and last["t1_importance"] == pytest.approx(0.2)
+    assert values["\\fgReplicationTOneRoutesDiffLast"] == "\\ensuremath{+0.1000}"
+    assert values["\\fgReplicationTopK"] == "2"

@@ -1,6 +1,8 @@
 # Floors read through an OpenAI-compatible endpoint with omitted-mass bounds (paper Sec. 3.4, App.
 # C.6): a local vLLM server on the target by default, or any remote endpoint the config names.
-# The journal beside the outputs is not an output: a failed job keeps it and a rerun resumes.
+# Two reads: `api` (top-20, with the matched-path check) and `replication` (App. C.2: top-256
+# reads of a second engine on the same anchors). The journal beside the outputs is not an
+# output: a failed job keeps it and a rerun resumes.
 
 
 rule api_floors:
@@ -11,15 +13,18 @@ rule api_floors:
         corpus=lambda w: [f"results/{w.target}/corpus/{d}.parquet" for d in W.domains],
         anchors=lambda w: [f"results/{w.target}/anchors/{d}.parquet" for d in W.domains],
     output:
-        reads="results/{target}/api_floors/reads.parquet",
-        floors="results/{target}/api_floors/floors.parquet",
-        summary="results/{target}/api_floors/summary.parquet",
+        reads="results/{target}/api_floors/{read}/reads.parquet",
+        floors="results/{target}/api_floors/{read}/floors.parquet",
+        summary="results/{target}/api_floors/{read}/summary.parquet",
     params:
-        spec=lambda w: as_json(W.api_floors_spec(w.target)),
-        journal="results/{target}/api_floors/journal.jsonl",
+        spec=lambda w: as_json(W.api_floors_spec(w.target, w.read)),
+        journal="results/{target}/api_floors/{read}/journal.jsonl",
     log:
-        f"{LOGS}/api_floors/{{target}}.log",
-    threads: 2
+        f"{LOGS}/api_floors/{{target}}/{{read}}.log",
+    wildcard_constraints:
+        read="|".join(W.API_READS),
+    # every core: one engine at a time on a small machine
+    threads: workflow.cores
     resources:
         mem_mb=8000,
         runtime=120,

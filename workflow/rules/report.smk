@@ -19,7 +19,10 @@ READS = {
                        for v in W.budget_variants + W.budget_arms}},
     "mi": {d: f"results/{W.primary}/mi/{d}.parquet" for d in W.domains},
     "serving": {"summary": f"results/{W.primary}/serving_summary/summary.parquet"},
-    "api_floors": {"summary": f"results/{W.primary}/api_floors/summary.parquet"},
+    "api_floors": {"summary": f"results/{W.primary}/api_floors/api/summary.parquet"},
+    # App. C.2: the second engine's reads beside the rollouts' full-vocabulary floors
+    "replication": {"replication": f"results/{W.primary}/api_floors/replication/floors.parquet",
+                    "anchor_slot": f"results/{W.primary}/floors/anchor_slot.parquet"},
     "floor_variants": {v: f"results/{W.primary}/floor_variants/{v}_summary.parquet"
                        for v in W.FLOOR_VARIANTS},
     # Fig. 5 compares the targets: every target's gaps summary

@@ -24,12 +24,13 @@ from floorgap.errors import StageError
 #: What an item reads, by the analysis table that feeds it (the primary target's):
 #: ``floors`` floors/summary.parquet; ``gaps`` gaps/summary.parquet; ``gaps_trajectory`` and
 #: ``gaps_components`` the other two gaps summaries; ``mi`` one mi/<domain>.parquet per domain;
-#: ``serving`` serving_summary/summary.parquet; ``api_floors`` api_floors/summary.parquet;
+#: ``serving`` serving_summary/summary.parquet; ``api_floors`` api_floors/api/summary.parquet;
+#: ``replication`` api_floors/replication/floors.parquet and floors/anchor_slot.parquet;
 #: ``floor_variants`` floor_variants/<variant>_summary.parquet by variant; ``cross_target`` every
 #: target's gaps/summary.parquet (``gaps_<target>``); ``notation`` nothing
 #: (the notation module).
 READS = ("floors", "gaps", "gaps_trajectory", "gaps_components", "gaps_budget", "mi", "serving",
-         "api_floors", "floor_variants", "cross_target", "notation")
+         "api_floors", "replication", "floor_variants", "cross_target", "notation")
 
 Item = Callable[[Mapping[str, Path], Mapping[str, Any], Path], dict[str, str]]
 
@@ -108,6 +109,7 @@ ITEMS: tuple[ReportItem, ...] = (
     _row("table9_serving_per_task", "table", "serving", "Serving", "serving_items"),
     _row("table11_concurrency", "table", "serving", "Serving", "serving_items"),
     _row("figH_served_vs_offline", "figure", "serving", "Serving", "serving_items"),
+    _row("tableC2_replication", "table", "replication", "Floors", "robustness_items"),
     _row("tableC3_finite_m", "table", "floor_variants", "Floors", "robustness_items"),
     _row("tableC4_block16", "table", "floor_variants", "Floors", "robustness_items"),
     _row("tableC6_top20", "table", "floors", "Floors", "floor_items"),

@@ -1,6 +1,7 @@
-"""Paper items of the floors' robustness runs (App. C.3, C.4, C.7), from the floor_variants
-summaries (floorgap.analysis.floor_variants): ``tableC3_finite_m``, ``tableC4_block16`` and
-``tableC7_sampling_law``. Values are means over the variant's anchors (the first of each domain),
+"""Paper items of the floors' robustness runs (App. C.2, C.3, C.4, C.7): the replication by a
+second engine (``tableC2_replication``, from the api_floors replication read and the floors'
+anchor-slot table) and, from the floor_variants summaries (floorgap.analysis.floor_variants),
+``tableC3_finite_m``, ``tableC4_block16`` and ``tableC7_sampling_law``. Values are means over the variant's anchors (the first of each domain),
 not population estimates; the tables say how many anchors.
 """
 
@@ -16,7 +17,7 @@ import pandas as pd
 from floorgap.records import read_metadata, read_table
 from floorgap.reports.common import fmt, fmt_pct, macro_name, write_table
 
-__all__ = ["tableC3_finite_m", "tableC4_block16", "tableC7_sampling_law"]
+__all__ = ["tableC2_replication", "tableC3_finite_m", "tableC4_block16", "tableC7_sampling_law"]
 
 
 def _rows(path: Path, law: str = "evaluation", paths: int | None = None) -> pd.DataFrame:
@@ -121,4 +122,57 @@ def tableC7_sampling_law(inputs: Mapping[str, Path], spec: Mapping[str, Any], ou
         macro_name("law", "T0", "base", "last"): fmt(base.at[last, "t0"], 3),
         macro_name("law", "T0", "train", "last"): fmt(train.at[last, "t0"], 3),
         macro_name("law", "T0", "change", "last"): fmt_pct(change, 0),
+    }
+
+
+def tableC2_replication(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
+                        ) -> dict[str, str]:
+    """Table C.2: on the anchors the second engine read, by slot, T^(0) from the rollouts' full
+    vocabulary (transformers) and from the engine's top-K reads of its own paths (with the band
+    E[r]) and their paired difference; T^(1) by the rollouts' two routes (split-half grouping on
+    covered paths, covered-mass weighted, and importance reweighting) and the engine's held-out
+    T^(1)."""
+    rep = read_table(inputs["replication"])
+    meta = read_metadata(inputs["replication"])
+    full = read_table(inputs["anchor_slot"])
+    rep = rep[rep["complete"]]
+    df = rep.merge(full[["anchor_id", "slot", "t0", "t1_split_cov", "t1_covered_mass",
+                         "t1_reweighted"]], on=["anchor_id", "slot"], suffixes=("_api", ""),
+                   validate="one_to_one")
+    rows = []
+    for k, g in df.groupby("slot", sort=True):
+        c = g["t1_covered_mass"].to_numpy(float)
+        split = float((c * g["t1_split_cov"].fillna(0)).sum() / c.sum()) if c.sum() else math.nan
+        c_api = g["t1_covered_mass_api"].to_numpy(float)
+        held = (float((c_api * g["t1_split_cov_api"].fillna(0)).sum() / c_api.sum())
+                if c_api.sum() else math.nan)
+        rw = g["t1_reweighted"].dropna()
+        rows.append({"slot": int(k), "anchors": int(len(g)), "t0_full": float(g["t0"].mean()),
+                     "t0_engine": float(g["t0_api"].mean()),
+                     "t0_diff": float((g["t0_api"] - g["t0"]).mean()),
+                     "band": float(g["omitted"].mean()), "t1_split": split,
+                     "t1_importance": float(rw.mean()) if len(rw) else math.nan,
+                     "t1_engine": held})
+    out = pd.DataFrame(rows)
+    k_top = meta.get("top_k", "K")
+    shown = pd.DataFrame(
+        [[str(r.slot), fmt(r.t0_full, 4), fmt(r.t0_engine, 4), _signed(r.t0_diff),
+          fmt(r.band, 4), "--" if r.slot == 0 else fmt(r.t1_split, 4),
+          "--" if r.slot == 0 else fmt(r.t1_importance, 4),
+          "--" if r.slot == 0 else fmt(r.t1_engine, 4)] for r in out.itertuples(index=False)],
+        columns=["slot", "$T^{(0)}$ full", f"$T^{{(0)}}$ top-{k_top}", "difference",
+                 "$\\mathbb{E}[r]$", "$T^{(1)}$ split", "$T^{(1)}$ importance",
+                 f"$T^{{(1)}}$ top-{k_top}"])
+    write_table(out, "tableC2_replication", tex_dir=out_dir, latex=shown)
+    deep = out[out["slot"] >= 1]
+    last = out.iloc[-1]
+    return {
+        macro_name("replication", "anchors"): str(int(out["anchors"].max())),
+        macro_name("replication", "paths"): str(meta.get("paths", "--")),
+        macro_name("replication", "top", "k"): str(k_top),
+        macro_name("replication", "T0", "max", "diff"): fmt(float(deep["t0_diff"].abs().max()),
+                                                            4),
+        macro_name("replication", "T1", "routes", "diff", "last"): _signed(
+            float(last["t1_importance"] - last["t1_split"])),
+        macro_name("replication", "band", "last"): fmt(float(last["band"]), 4),
     }

@@ -148,7 +148,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     floors = anchor_slot_floors(reads, gamma, int(cfg["top_k"]), full,
                                 float(cfg.get("tolerance", 1e-3)))
     summary = summarise(floors)
-    meta = {"stage": "api_floors", "target": target["name"], "route": route,
+    meta = {"stage": "api_floors", "read": spec.get("read", "api"), "target": target["name"],
+            "route": route,
             "endpoint": "local vLLM server on the target" if cfg["endpoint"].get("server") ==
             "local" else f"{cfg['endpoint']['base_url']} ({cfg['endpoint']['model']})",
             "top_k": int(cfg["top_k"]), "paths": n_paths, "gamma": gamma, "law": spec["law"],
