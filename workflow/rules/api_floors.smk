@@ -23,8 +23,8 @@ rule api_floors:
         f"{LOGS}/api_floors/{{target}}/{{read}}.log",
     wildcard_constraints:
         read="|".join(W.API_READS),
-    # every core: one engine at a time on a small machine
-    threads: workflow.cores
+    # capped at --cores (--max-threads on a cluster): one engine at a time on a small machine
+    threads: 8
     resources:
         mem_mb=8000,
         runtime=120,
