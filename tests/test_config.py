@@ -155,3 +155,30 @@ def test_plugins_add_items_and_clashes_are_refused(tmp_path: Path, monkeypatch) 
         report_items(["no_such_module_here"])
     sys.modules.pop("my_items", None)
     sys.modules.pop("clash_items", None)
+
+
+def test_api_reads_share_the_endpoint_and_the_replication_takes_its_own_settings() -> None:
+    spec = resolve(default())
+    target = next(iter(spec.targets))
+    api = spec.api_floors_spec(target, "api")
+    rep = spec.api_floors_spec(target, "replication")
+    assert api["read"] == "api" and rep["read"] == "replication"
+    assert rep["api_floors"]["top_k"] == spec.config["replication"]["top_k"]
+    assert rep["api_floors"]["matched"] is False
+    assert rep["api_floors"]["endpoint"]["port"] == api["api_floors"]["endpoint"]["port"] + 1
+    with pytest.raises(ConfigError, match="unknown api_floors read"):
+        spec.api_floors_spec(target, "other")
+
+
+def test_published_taus_rerun_no_engine_and_a_target_may_name_its_own_taps() -> None:
+    cfg = default()
+    target = next(iter(cfg["targets"]))
+    before = as_json(resolve(cfg).serving_spec(target, "ar"))
+    cfg["serving"]["published"] = [{"label": "x", "tau": 2.0, "gamma": 3, "source": "y"}]
+    spec = resolve(cfg)
+    assert as_json(spec.serving_spec(target, "ar")) == before
+    assert spec.report_spec("serving", "table")["published"][0]["tau"] == 2.0
+    cfg["targets"][target]["taps"] = [1, 2]
+    spec = resolve(cfg)
+    assert spec.taps(target) == [1, 2]
+    assert spec.drafters_spec(target, spec.roles["order0"])["taps"] == [1, 2]
