@@ -213,3 +213,24 @@ def test_a_killed_server_resumes_to_identical_records(api_inputs, uninterrupted,
     for name in ("reads", "floors", "summary"):
         pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / f"{name}.parquet"),
                                       pd.read_parquet(uninterrupted / f"{name}.parquet"))
+
+
+@pytest.mark.slow
+def test_the_chat_route_continues_the_response_through_a_real_server(api_inputs, tmp_path):
+    """The chat route (as for a frontier API): the prompt as a user message and the response so
+    far as an assistant message the server continues (vLLM: continue_final_message)."""
+    from floorgap.stages import api_floors
+    from floorgap.stages._cli import run_stage
+
+    spec = _spec(api_inputs, _free_port(), route="chat",
+                 extra_body={"continue_final_message": True, "add_generation_prompt": False,
+                             "ignore_eos": True})
+    spec["api_floors"].update(anchors_per_domain=1, paths=4, matched=False)
+    assert run_stage(api_floors.main, api_floors.build_parser(),
+                     _args(api_inputs, tmp_path, spec)) == 0
+    reads = pd.read_parquet(tmp_path / "reads.parquet")
+    assert len(reads) == 4 and (reads["tokens"].map(len) == spec["gamma"]).all()
+    assert all(len(t) >= 20 for row in reads["top_tokens"] for t in row)
+    floors = pd.read_parquet(tmp_path / "floors.parquet")
+    assert floors["complete"].all() and floors["t0"].between(0, 1).all()
+    assert "full_t0" not in floors

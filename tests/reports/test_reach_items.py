@@ -93,7 +93,7 @@ def test_table_f3_bounds_published_and_own_taus(tmp_path: Path) -> None:
     # dflash verifies 2 tokens per step (tau 2 at gamma 2): r_min = 2 (1 + 2 - 2) / 6 = 1/3
     dflash = own[own["label"].str.startswith("dflash")]
     assert len(dflash) == 2 and dflash["r_min"].to_numpy() == pytest.approx([1 / 3, 1 / 3])
-    assert values["\\fgBoundRowZeroR"] == "0.180"
+    assert values["\\fgBoundPublishedR"] == "0.180" and values["\\fgBoundPublishedGamma"] == "1"
     assert values["\\fgBoundPublishedRows"] == "1"
 
 
@@ -131,3 +131,13 @@ def test_table_c2_replication_pairs_the_engines_on_the_same_anchors(tmp_path: Pa
     assert last["t1_split"] == pytest.approx(0.1) and last["t1_importance"] == pytest.approx(0.2)
     assert values["\\fgReplicationTOneRoutesDiffLast"] == "\\ensuremath{+0.1000}"
     assert values["\\fgReplicationTopK"] == "2"
+
+
+def test_table_c6_without_the_matched_check_still_defines_every_macro(tmp_path: Path) -> None:
+    """A remote endpoint has no local model: the matched values read "--", so the paper
+    compiles."""
+    path = tmp_path / "summary.parquet"
+    write_table(path, summarise(anchor_slot_floors(_reads(), 2, 2)), {"anchors": 2})
+    values = tableC6_api_floors({"summary": path}, {}, tmp_path)
+    assert values["\\fgApiMatchedCells"] == "--" and values["\\fgApiMatchedTZeroContained"] == "--"
+    assert "--" in (tmp_path / "tableC6_api_floors.tex").read_text()

@@ -26,6 +26,8 @@ from typing import Any
 
 from floorgap.stages._cli import add_files, stage_parser
 
+log = logging.getLogger("floorgap.api_floors")
+
 #: endpoint keys that change how requests are sent, not what they return (left out of the
 #: journal's fingerprint, so raising a timeout does not discard finished anchors)
 TRANSPORT_KEYS = ("max_retries", "timeout_s", "requests_per_minute", "port", "api_key_env",
@@ -86,74 +88,96 @@ def run_fingerprint(spec: Mapping[str, Any], anchor_ids: list[str]) -> str:
                         "gamma": spec["gamma"], "seed": spec["seed"], "anchors": anchor_ids})
 
 
-def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    import pandas as pd
-    import torch
-
-    from floorgap.analysis.api_floors import anchor_slot_floors, reads_table, summarise
-    from floorgap.data.anchors import anchor_contexts, leading_anchors
-    from floorgap.errors import StageError
-    from floorgap.probes.api_floors import (AnchorJournal, RateLimiter, anchor_prompt,
-                                            full_vocab_floors, read_anchor, token_ids)
+def read_missing(spec: Mapping[str, Any], args: argparse.Namespace, anchors: Any, corpus: Any,
+                 contexts: Mapping[str, list[int]], journal: Any) -> dict[str, Any]:
+    """Every journalled anchor's reads, after reading (and journalling) the missing ones."""
+    from floorgap.probes.api_floors import RateLimiter, anchor_prompt, read_anchor
     from floorgap.progress import progress
-    from floorgap.records import read_table, write_table
     from floorgap.sampling import SamplingLaw
     from floorgap.seeds import derive_seed
 
-    spec = args.spec
-    cfg, target = spec["api_floors"], spec["target"]
-    gamma, n_paths = int(spec["gamma"]), int(cfg["paths"])
+    cfg = spec["api_floors"]
+    done = journal.load()
+    todo = anchors[~anchors["anchor_id"].isin(list(done))]
+    log.info("%d anchors (%d per domain), %d already journalled, %d to read", len(anchors),
+             cfg["anchors_per_domain"], len(done), len(todo))
+    if not len(todo):
+        return done
+    route = cfg["endpoint"].get("route", "completions")
     law = SamplingLaw.from_spec(spec["law"])
+    texts = _chat_texts(args.model_dir, corpus, todo) if route == "chat" else {}
+    with endpoint_for(spec, args.model_dir, args.engine_log) as endpoint:
+        client, limiter = endpoint.client(), RateLimiter(endpoint.requests_per_minute)
+        with progress(total=len(todo), desc="api_floors", unit="anchor") as bar:
+            for a in todo.itertuples(index=False):
+                prompt = anchor_prompt(route, contexts[a.anchor_id],
+                                       *texts.get(a.anchor_id, (None, None)),
+                                       assistant_fields=endpoint.assistant_fields)
+                seed = derive_seed(int(spec["seed"]), "api_floors", a.anchor_id) % 2**31
+                reads = read_anchor(client, endpoint, prompt, n_paths=int(cfg["paths"]),
+                                    gamma=int(spec["gamma"]), law=law, seed=seed,
+                                    limiter=limiter)
+                journal.append(a.anchor_id, reads)
+                done[a.anchor_id] = reads
+                bar.update(1)
+    return done
+
+
+def matched_floors(spec: Mapping[str, Any], model_dir: Path, reads: Any,
+                   contexts: Mapping[str, list[int]]) -> Any:
+    """The full-vocabulary floors on the endpoint's own paths (the local target teacher-forced
+    along them), one row per anchor and slot."""
+    import pandas as pd
+    import torch
+
+    from floorgap.errors import StageError
+    from floorgap.models.targets import load_target
+    from floorgap.probes.api_floors import full_vocab_floors, token_ids
+    from floorgap.sampling import SamplingLaw
+
+    cfg, target, gamma = spec["api_floors"], spec["target"], int(spec["gamma"])
+    law = SamplingLaw.from_spec(spec["law"])
+    model, _ = load_target(model_dir, target["dtype"], target["device"])
+    rows = []
+    for anchor_id, paths in reads.groupby("anchor_id", sort=False):
+        if (paths["tokens"].map(len) < gamma).any():
+            raise StageError(f"{anchor_id}: a path ended before slot {gamma - 1}; the matched "
+                             "check needs full blocks (vLLM: extra_body ignore_eos: true)")
+        toks = torch.tensor([token_ids(t) for t in paths.sort_values("path")["tokens"]])
+        for slot in full_vocab_floors(model, contexts[anchor_id], toks, law=law,
+                                      forward_batch=int(cfg.get("forward_batch", cfg["paths"]))):
+            rows.append({"anchor_id": anchor_id, **slot.__dict__})
+    return pd.DataFrame(rows)
+
+
+def main(args: argparse.Namespace, logger: logging.Logger) -> None:
+    import pandas as pd
+
+    from floorgap.analysis.api_floors import anchor_slot_floors, reads_table, summarise
+    from floorgap.data.anchors import anchor_contexts, leading_anchors
+    from floorgap.probes.api_floors import AnchorJournal
+    from floorgap.records import read_table, write_table
+
+    spec = args.spec
+    cfg, target, gamma = spec["api_floors"], spec["target"], int(spec["gamma"])
     corpus = pd.concat([read_table(f) for f in args.corpus], ignore_index=True)
     anchors = leading_anchors(pd.concat([read_table(f) for f in args.anchors],
                                         ignore_index=True), cfg["anchors_per_domain"])
     contexts = dict(zip(anchors["anchor_id"], anchor_contexts(corpus, anchors)))
-    route = cfg["endpoint"].get("route", "completions")
     journal = AnchorJournal(args.journal, run_fingerprint(spec, list(anchors["anchor_id"])))
-    done = journal.load()
-    todo = anchors[~anchors["anchor_id"].isin(list(done))]
-    logger.info("%d anchors (%d per domain), %d already journalled, %d to read",
-                len(anchors), cfg["anchors_per_domain"], len(done), len(todo))
-    if len(todo):
-        texts = _chat_texts(args.model_dir, corpus, todo) if route == "chat" else {}
-        with endpoint_for(spec, args.model_dir, args.engine_log) as endpoint:
-            client, limiter = endpoint.client(), RateLimiter(endpoint.requests_per_minute)
-            with progress(total=len(todo), desc="api_floors", unit="anchor") as bar:
-                for a in todo.itertuples(index=False):
-                    prompt = anchor_prompt(route, contexts[a.anchor_id],
-                                           *texts.get(a.anchor_id, (None, None)),
-                                           assistant_fields=endpoint.assistant_fields)
-                    seed = derive_seed(int(spec["seed"]), "api_floors", a.anchor_id) % 2**31
-                    reads = read_anchor(client, endpoint, prompt, n_paths=n_paths, gamma=gamma,
-                                        law=law, seed=seed, limiter=limiter)
-                    journal.append(a.anchor_id, reads)
-                    done[a.anchor_id] = reads
-                    bar.update(1)
-    reads = reads_table(done, anchors)
-    full = None
-    if cfg.get("matched"):
-        from floorgap.models.targets import load_target
-
-        model, _ = load_target(args.model_dir, target["dtype"], target["device"])
-        rows = []
-        for anchor_id, paths in reads.groupby("anchor_id", sort=False):
-            if (paths["tokens"].map(len) < gamma).any():
-                raise StageError(f"{anchor_id}: a path ended before slot {gamma - 1}; the "
-                                 "matched check needs full blocks (vLLM: extra_body ignore_eos)")
-            toks = torch.tensor([token_ids(t) for t in paths.sort_values("path")["tokens"]])
-            for slot in full_vocab_floors(model, contexts[anchor_id], toks, law=law,
-                                          forward_batch=int(cfg.get("forward_batch", n_paths))):
-                rows.append({"anchor_id": anchor_id, **slot.__dict__})
-        full = pd.DataFrame(rows)
+    reads = reads_table(read_missing(spec, args, anchors, corpus, contexts, journal), anchors)
+    full = matched_floors(spec, args.model_dir, reads, contexts) if cfg.get("matched") else None
     floors = anchor_slot_floors(reads, gamma, int(cfg["top_k"]), full,
                                 float(cfg.get("tolerance", 1e-3)))
     summary = summarise(floors)
+    endpoint = cfg["endpoint"]
     meta = {"stage": "api_floors", "read": spec.get("read", "api"), "target": target["name"],
-            "route": route,
-            "endpoint": "local vLLM server on the target" if cfg["endpoint"].get("server") ==
-            "local" else f"{cfg['endpoint']['base_url']} ({cfg['endpoint']['model']})",
-            "top_k": int(cfg["top_k"]), "paths": n_paths, "gamma": gamma, "law": spec["law"],
-            "anchors": len(anchors), "anchors_per_domain": int(cfg["anchors_per_domain"]),
+            "route": endpoint.get("route", "completions"),
+            "endpoint": "local vLLM server on the target" if endpoint.get("server") == "local"
+            else f"{endpoint['base_url']} ({endpoint['model']})",
+            "top_k": int(cfg["top_k"]), "paths": int(cfg["paths"]), "gamma": gamma,
+            "law": spec["law"], "anchors": len(anchors),
+            "anchors_per_domain": int(cfg["anchors_per_domain"]),
             "matched": bool(cfg.get("matched")), "tolerance": float(cfg.get("tolerance", 1e-3)),
             "journal_corrupt_lines": journal.corrupt_lines,
             "chat_template": bool(target.get("chat_template", True))}
