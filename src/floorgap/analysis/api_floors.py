@@ -96,25 +96,28 @@ def anchor_slot_floors(reads: pd.DataFrame, gamma: int, top_k: int,
 
 def summarise(floors: pd.DataFrame) -> pd.DataFrame:
     """By slot (scope ``all`` and each domain): complete anchors, mean T~^(0) with its bounds,
-    split-half T~^(0), the order-1 plug-in and held-out T~^(1) (c T~_cov, and its bounds), the
-    share of T~^(0) one realised token removes (pooled, 1 - sum T1 / sum T0), the mean omitted
+    split-half T~^(0), the order-1 plug-in with its bounds, the held-out T~^(1) on covered paths
+    and the share of T~^(0) it removes there (covered-mass-weighted ratios), the mean omitted
     mass, and with the matched check the full-vocabulary means and containment counts."""
     rows = []
     scopes = [("all", floors)] + [(d, g) for d, g in floors.groupby("domain", sort=True)]
     for scope, df in scopes:
         for k, cells in df.groupby("slot", sort=True):
             ok = cells[cells["complete"]]
-            held_out = ok["t1_split_cov"] * ok["t1_covered_mass"] if len(ok) else ok.get("t0")
+            c = ok["t1_covered_mass"].to_numpy(float)
+            t1c = np.nan_to_num(ok["t1_split_cov"].to_numpy(float))
+            t0c = np.nan_to_num(ok["t0_covered"].to_numpy(float))
             row: dict[str, Any] = {
                 "scope": scope, "slot": int(k), "anchors": int(len(ok)),
                 "incomplete": int((~cells["complete"]).sum())}
             for col in ("t0", "t0_lower", "t0_upper", "t0_split", "t1_plugin", "t1_plugin_lower",
                         "t1_plugin_upper", "t1_lower", "t1_upper", "omitted"):
                 row[col] = float(ok[col].mean()) if len(ok) else float("nan")
-            row["t1_held_out"] = float(held_out.mean()) if len(ok) else float("nan")
-            t0_sum = float(ok["t0"].sum()) if len(ok) else 0.0
-            row["t1_removed_share"] = (1 - float(ok["t1_plugin"].sum()) / t0_sum
-                                       if t0_sum > 0 else float("nan"))
+            # the held-out T~^(1) on covered paths and the share of T~^(0) it removes there:
+            # ratios of covered-mass-weighted sums, as the floors summary forms its headline
+            row["t1_held_out"] = float((c * t1c).sum() / c.sum()) if c.sum() > 0 else np.nan
+            row["t1_removed_share"] = (1 - float((c * t1c).sum() / (c * t0c).sum())
+                                       if (c * t0c).sum() > 0 else np.nan)
             for name in MATCHED:
                 if f"full_{name}" in ok:
                     row[f"full_{name}"] = float(ok[f"full_{name}"].mean()) if len(ok) else np.nan

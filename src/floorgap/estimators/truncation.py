@@ -14,7 +14,7 @@ import torch
 
 from floorgap.estimators.barycentre import normalise_weights, tv_barycentre
 from floorgap.estimators.floors import (alternating_split, floor_order0, floor_order0_split,
-                                        floor_order1_plugin, floor_order1_split)
+                                        floor_order1_plugin, floor_order1_split, order0_path_tv)
 
 __all__ = ["TopK", "TruncatedFloor", "TruncatedSlotFloors", "topk_sparse", "renormalised_dense",
            "renormalised_family", "truncated_floor", "truncated_slot_floors"]
@@ -90,7 +90,8 @@ class TruncatedSlotFloors:
     Values are those of the renormalised family p~: ``t0`` the in-sample T~^(0), ``t0_split``
     its split-half fit check, ``t1_plugin`` the in-sample order-1 floor by predecessor
     grouping, ``t1_split_cov``/``t1_covered_mass`` the split-half T~^(1) on the covered paths
-    and their mass c. ``omitted`` is E[r], the mean mass outside the reads.
+    and their mass c, ``t0_covered`` T~^(0)'s per-path share on those paths (so the two floors
+    compare on one population). ``omitted`` is E[r], the mean mass outside the reads.
 
     Bounds. For any fixed q, |TV(p, q) - TV(p~, q)| <= TV(p, p~) = r, so every in-sample
     minimum moves by at most E[r]: ``t0_lower <= T^(0) <= t0_upper`` and the same for the
@@ -109,6 +110,7 @@ class TruncatedSlotFloors:
     t1_plugin_upper: float
     t1_split_cov: float
     t1_covered_mass: float
+    t0_covered: float
     t1_lower: float
     t1_upper: float
     omitted: float
@@ -150,6 +152,7 @@ def truncated_slot_floors(indices: torch.Tensor, values: torch.Tensor, residual:
     t0 = float(floor_order0(dense))
     t1p = float(floor_order1_plugin(dense, predecessor))
     split = floor_order1_split(dense, predecessor)
+    covered = order0_path_tv(dense)[split.covered]
 
     def clip(x: float) -> float:
         return min(1.0, max(0.0, x))
@@ -159,5 +162,6 @@ def truncated_slot_floors(indices: torch.Tensor, values: torch.Tensor, residual:
         t0_lower=clip(t0 - band), t0_upper=clip(t0 + band),
         t1_plugin=t1p, t1_plugin_lower=clip(t1p - band), t1_plugin_upper=clip(t1p + band),
         t1_split_cov=float(split.value_covered), t1_covered_mass=float(split.covered_mass),
+        t0_covered=float(covered.mean()) if covered.numel() else float("nan"),
         t1_lower=clip(float(split.lower) - band), t1_upper=clip(float(split.upper) + band),
         omitted=band)
