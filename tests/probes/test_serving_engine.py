@@ -38,6 +38,8 @@ def test_vllm_command_serves_a_dflash_folder_with_per_request_counts() -> None:
     assert spec == {"method": "dflash", "model": "/d", "num_speculative_tokens": 7,
                     "draft_sample_method": "probabilistic"}
     assert "--per-request-spec-decode-metrics" in cmd and "--enforce-eager" in cmd
+    # seeded requests must never have their prefill split on the CPU build (it dies)
+    assert "--no-enable-chunked-prefill" in cmd
     assert cmd[cmd.index("--port") + 1] == "8123"
     ar, _ = engine_command(_spec())
     assert "--speculative-config" not in ar
@@ -246,3 +248,35 @@ def test_served_rounds_match_their_offline_replay(engine_inputs, served_dflash) 
                            torch.tensor([r.tv for r in sampled], dtype=torch.float64))
     assert test.trials >= 30
     assert abs(test.z) < 4, test
+
+
+def test_a_server_dies_with_the_stage_that_started_it() -> None:
+    """kill -9 of the process that started a server (a killed workflow job) ends the server too
+    (PR_SET_PDEATHSIG), so no server is left holding its port."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("import subprocess, sys, time\n"
+            "from floorgap.probes.serving import _die_with_parent\n"
+            "p = subprocess.Popen(['sleep', '300'], start_new_session=True,"
+            " preexec_fn=_die_with_parent)\n"
+            "print(p.pid, flush=True)\n"
+            "time.sleep(300)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            state = open(f"/proc/{child}/status").read().split("State:")[1].split()[0]
+        except FileNotFoundError:
+            return
+        if state == "Z":  # exited, waiting to be reaped by its new parent
+            return
+        time.sleep(0.1)
+    os.kill(child, signal.SIGKILL)
+    raise AssertionError("the child outlived its parent")
