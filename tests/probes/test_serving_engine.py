@@ -280,3 +280,22 @@ def test_a_server_dies_with_the_stage_that_started_it() -> None:
         time.sleep(0.1)
     os.kill(child, signal.SIGKILL)
     raise AssertionError("the child outlived its parent")
+
+
+def test_stopping_a_server_whose_leader_died_ends_its_whole_group() -> None:
+    """An engine's core and workers outlive a killed API server; stopping the server ends every
+    process of its group, so none is left holding memory."""
+    import os
+    import signal
+    import subprocess
+
+    from floorgap.probes.serving import _group_alive, _stop
+
+    leader = subprocess.Popen(["bash", "-c", "sleep 300 & echo $!; wait"],
+                              start_new_session=True, stdout=subprocess.PIPE, text=True)
+    int(leader.stdout.readline())
+    os.kill(leader.pid, signal.SIGKILL)
+    leader.wait()
+    assert _group_alive(leader.pid)
+    _stop(leader)
+    assert not _group_alive(leader.pid)
