@@ -1,7 +1,8 @@
-"""Paper items of the reach sections: the floors read through an API with their omitted-mass
-bounds and the matched-path check (Sec. 3.4, App. C.6: ``tableC6_api_floors``), the serving
-bounds a reported accepted length implies (App. F.3: ``tableF3_serving_bounds``) and the
-notation (App. A.1: ``table2_notation``).
+"""Paper items of the reach sections: the final-slot decomposition across targets (Sec. 3.4:
+``fig5_cross_target``), the floors read through an API with their omitted-mass bounds and the
+matched-path check (App. C.6: ``tableC6_api_floors``), the serving bounds a reported accepted
+length implies (App. F.3: ``tableF3_serving_bounds``) and the notation (App. A.1:
+``table2_notation``).
 """
 
 from __future__ import annotations
