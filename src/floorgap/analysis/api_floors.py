@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from floorgap.analysis.floor_variants import covered_floor_ratios
 from floorgap.estimators.truncation import truncated_slot_floors
 
 #: the floors compared on the same paths: the in-sample T^(0) and the order-1 plug-in, whose
@@ -104,9 +105,6 @@ def summarise(floors: pd.DataFrame) -> pd.DataFrame:
     for scope, df in scopes:
         for k, cells in df.groupby("slot", sort=True):
             ok = cells[cells["complete"]]
-            c = ok["t1_covered_mass"].to_numpy(float)
-            t1c = np.nan_to_num(ok["t1_split_cov"].to_numpy(float))
-            t0c = np.nan_to_num(ok["t0_covered"].to_numpy(float))
             row: dict[str, Any] = {
                 "scope": scope, "slot": int(k), "anchors": int(len(ok)),
                 "incomplete": int((~cells["complete"]).sum())}
@@ -115,9 +113,8 @@ def summarise(floors: pd.DataFrame) -> pd.DataFrame:
                 row[col] = float(ok[col].mean()) if len(ok) else float("nan")
             # the held-out T~^(1) on covered paths and the share of T~^(0) it removes there:
             # ratios of covered-mass-weighted sums, as the floors summary forms its headline
-            row["t1_held_out"] = float((c * t1c).sum() / c.sum()) if c.sum() > 0 else np.nan
-            row["t1_removed_share"] = (1 - float((c * t1c).sum() / (c * t0c).sum())
-                                       if (c * t0c).sum() > 0 else np.nan)
+            row["t1_held_out"], row["t1_removed_share"] = covered_floor_ratios(
+                ok["t1_covered_mass"], ok["t1_split_cov"], ok["t0_covered"])
             for name in MATCHED:
                 if f"full_{name}" in ok:
                     row[f"full_{name}"] = float(ok[f"full_{name}"].mean()) if len(ok) else np.nan

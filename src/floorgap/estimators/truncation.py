@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from floorgap.estimators.barycentre import normalise_weights, tv_barycentre
-from floorgap.estimators.floors import (alternating_split, floor_order0, floor_order0_split,
+from floorgap.estimators.floors import (alternating_split, floor_order0_split,
                                         floor_order1_plugin, floor_order1_split, order0_path_tv)
 
 __all__ = ["TopK", "TruncatedFloor", "TruncatedSlotFloors", "topk_sparse", "renormalised_dense",
@@ -119,9 +119,10 @@ class TruncatedSlotFloors:
 def renormalised_family(indices: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """Dense ``[M, S]`` renormalised rows on the union support S of ``[M, K]`` reads.
 
-    ``indices`` may pad short reads with -1 (their ``values`` must be 0), e.g. when an endpoint
-    returns K tokens on some rows and K + 1 (the sampled token appended) on others. Tokens outside
-    the union are zero in every row, so barycentres and TVs on S equal those on the vocabulary.
+    ``indices`` may pad short reads with -1 (their ``values`` must be 0), for an endpoint that
+    returns fewer than K tokens on some rows (:func:`renormalised_dense` cannot take padding: it
+    writes rather than adds). Tokens outside the union are zero in every row, so barycentres
+    and TVs on S equal those on the vocabulary.
     """
     if indices.dim() != 2 or indices.shape != values.shape:
         raise ValueError("indices and values must both have shape [M, K]")
@@ -149,10 +150,11 @@ def truncated_slot_floors(indices: torch.Tensor, values: torch.Tensor, residual:
     """
     dense = renormalised_family(indices, values.double())
     band = float(residual.double().mean())
-    t0 = float(floor_order0(dense))
+    path_tv0 = order0_path_tv(dense)  # its mean is T~^(0): one barycentre solve for both
+    t0 = float(path_tv0.mean())
     t1p = float(floor_order1_plugin(dense, predecessor))
     split = floor_order1_split(dense, predecessor)
-    covered = order0_path_tv(dense)[split.covered]
+    covered = path_tv0[split.covered]
 
     def clip(x: float) -> float:
         return min(1.0, max(0.0, x))

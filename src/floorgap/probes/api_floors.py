@@ -274,33 +274,14 @@ def token_ids(keys: Sequence[str]) -> list[int]:
     return out
 
 
-@dataclass(frozen=True)
-class FullVocabSlot:
-    """Full-vocabulary floors on the endpoint's own paths at one slot: T^(0) in-sample, the
-    order-1 plug-in, and the split-half T^(1) on covered paths with its covered mass."""
-
-    slot: int
-    t0: float
-    t1_plugin: float
-    t1_split_cov: float
-    t1_covered_mass: float
-
-
 def full_vocab_floors(model: Any, context_ids: list[int], tokens: torch.Tensor, *,
-                      law: SamplingLaw, forward_batch: int) -> list[FullVocabSlot]:
+                      law: SamplingLaw, forward_batch: int) -> list[Any]:
     """Teacher-force the paths ``tokens`` ([M, gamma] ids) through the local target and compute
-    the full-vocabulary floors of every slot on exactly those paths."""
-    from floorgap.estimators.floors import (floor_order0, floor_order1_plugin,
-                                            floor_order1_split)
+    the full-vocabulary floors of every slot on exactly those paths: the rollout probe's
+    :class:`~floorgap.probes.rollouts.SlotFloorRecord` of each slot."""
     from floorgap.probes.drafter_eval import target_path_probs
+    from floorgap.probes.rollouts import SampledBlock, anchor_records
 
     P = target_path_probs(model, context_ids, tokens, law=law, forward_batch=forward_batch)
-    out = []
-    for k in range(P.shape[0]):
-        pred = None if k == 0 else tokens[:, k - 1].to(P.device)
-        split = floor_order1_split(P[k], pred)
-        out.append(FullVocabSlot(slot=k, t0=float(floor_order0(P[k])),
-                                 t1_plugin=float(floor_order1_plugin(P[k], pred)),
-                                 t1_split_cov=float(split.value_covered),
-                                 t1_covered_mass=float(split.covered_mass)))
-    return out
+    block = SampledBlock(tokens=tokens, probs=P, revealed=None, seconds=0.0)
+    return anchor_records("matched", block, store_top_k=1)[1]

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from floorgap.analysis.floor_variants import covered_floor_ratios
 from floorgap.records import read_metadata, read_table
 from floorgap.reports.common import fmt, fmt_pct, macro_name, write_table
 
@@ -141,11 +142,8 @@ def tableC2_replication(inputs: Mapping[str, Path], spec: Mapping[str, Any], out
                    validate="one_to_one")
     rows = []
     for k, g in df.groupby("slot", sort=True):
-        c = g["t1_covered_mass"].to_numpy(float)
-        split = float((c * g["t1_split_cov"].fillna(0)).sum() / c.sum()) if c.sum() else math.nan
-        c_api = g["t1_covered_mass_api"].to_numpy(float)
-        held = (float((c_api * g["t1_split_cov_api"].fillna(0)).sum() / c_api.sum())
-                if c_api.sum() else math.nan)
+        split, _ = covered_floor_ratios(g["t1_covered_mass"], g["t1_split_cov"])
+        held, _ = covered_floor_ratios(g["t1_covered_mass_api"], g["t1_split_cov_api"])
         rw = g["t1_reweighted"].dropna()
         rows.append({"slot": int(k), "anchors": int(len(g)), "t0_full": float(g["t0"].mean()),
                      "t0_engine": float(g["t0_api"].mean()),

@@ -144,9 +144,11 @@ def matched_floors(spec: Mapping[str, Any], model_dir: Path, reads: Any,
             raise StageError(f"{anchor_id}: a path ended before slot {gamma - 1}; the matched "
                              "check needs full blocks (vLLM: extra_body ignore_eos: true)")
         toks = torch.tensor([token_ids(t) for t in paths.sort_values("path")["tokens"]])
-        for slot in full_vocab_floors(model, contexts[anchor_id], toks, law=law,
-                                      forward_batch=int(cfg.get("forward_batch", cfg["paths"]))):
-            rows.append({"anchor_id": anchor_id, **slot.__dict__})
+        for f in full_vocab_floors(model, contexts[anchor_id], toks, law=law,
+                                   forward_batch=int(cfg.get("forward_batch", cfg["paths"]))):
+            rows.append({"anchor_id": anchor_id, "slot": f.slot, "t0": f.t0,
+                         "t1_plugin": f.t1_plugin, "t1_split_cov": f.t1_split_cov,
+                         "t1_covered_mass": f.t1_covered_mass})
     return pd.DataFrame(rows)
 
 
