@@ -50,6 +50,14 @@ def fmt(value: float, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+def fmt_signed(value: float | None, digits: int = 2) -> str:
+    """A signed number (a difference or change) with ``digits`` decimals in math mode; ``--``
+    for None or NaN."""
+    if value is None or not math.isfinite(value):
+        return "--"
+    return f"\\ensuremath{{{value:+.{digits}f}}}"
+
+
 def fmt_pct(value: float, digits: int = 1) -> str:
     """A share as a percentage with ``digits`` decimals (``\\%`` escaped)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):

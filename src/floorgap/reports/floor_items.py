@@ -24,6 +24,7 @@ from floorgap.reports.common import (
     fmt_interval,
     fmt_pct,
     fmt_pct_interval,
+    fmt_signed,
     item_figure,
     macro_name,
     save_item_figure,
@@ -95,12 +96,6 @@ def _summary(inputs: Mapping[str, Path]) -> FloorSummary:
     if "summary" not in inputs:
         raise ValueError("this item needs --summary (the floors summary parquet)")
     return FloorSummary(inputs["summary"])
-
-
-def _signed(value: float, digits: int = 2) -> str:
-    if value is None or not math.isfinite(value):
-        return "--"
-    return f"\\ensuremath{{{value:+.{digits}f}}}"
 
 
 def _count(value: float) -> str:
@@ -411,7 +406,7 @@ def tableD1_concentration(inputs: Mapping[str, Path], spec: Mapping[str, Any],
     for label, stat, domain, kind in spec_rows:
         cells = [label]
         render = {"num": fmt, "pct": lambda v: fmt_pct(v, 0), "one": lambda v: fmt(v, 1),
-                  "corr": _signed}[kind]
+                  "corr": fmt_signed}[kind]
         cells += [render(s.get(stat, k, domain)) for k in s.slots]
         latex.append(cells)
     shown = pd.DataFrame(latex, columns=["slot $k$"] + [str(k) for k in s.slots])
@@ -436,22 +431,22 @@ def tableD1_concentration(inputs: Mapping[str, Path], spec: Mapping[str, Any],
     values[macro_name("floor", "neff", "max", "last")] = fmt(s.get("neff_max", last), 1)
     values[macro_name("floor", "neff", "cap", "share", "last")] = fmt_pct(
         s.get("neff_at_cap_share", last), 0)
-    values[macro_name("floor", "corr", "log", "last")] = _signed(s.get("corr_log_neff_T0", last))
-    values[macro_name("floor", "corr", "raw", "last")] = _signed(s.get("corr_neff_T0", last))
+    values[macro_name("floor", "corr", "log", "last")] = fmt_signed(s.get("corr_log_neff_T0", last))
+    values[macro_name("floor", "corr", "raw", "last")] = fmt_signed(s.get("corr_neff_T0", last))
     per_log, per_raw = [], []
     for d in s.domains:
         v = s.get("corr_log_neff_T0", last, d)
         per_log.append(v)
         per_raw.append(s.get("corr_neff_T0", last, d))
-        values[macro_name("floor", "corr", "log", d, "last")] = _signed(v, 3)
+        values[macro_name("floor", "corr", "log", d, "last")] = fmt_signed(v, 3)
     finite_log = [v for v in per_log if math.isfinite(v)]
     finite_raw = [v for v in per_raw if math.isfinite(v)]
     if finite_log:
-        values[macro_name("floor", "corr", "log", "domain", "min")] = _signed(min(finite_log))
-        values[macro_name("floor", "corr", "log", "domain", "max")] = _signed(max(finite_log))
+        values[macro_name("floor", "corr", "log", "domain", "min")] = fmt_signed(min(finite_log))
+        values[macro_name("floor", "corr", "log", "domain", "max")] = fmt_signed(max(finite_log))
     if finite_raw:
-        values[macro_name("floor", "corr", "raw", "domain", "min")] = _signed(min(finite_raw))
-        values[macro_name("floor", "corr", "raw", "domain", "max")] = _signed(max(finite_raw))
+        values[macro_name("floor", "corr", "raw", "domain", "min")] = fmt_signed(min(finite_raw))
+        values[macro_name("floor", "corr", "raw", "domain", "max")] = fmt_signed(max(finite_raw))
     return values
 
 
@@ -474,7 +469,7 @@ def tableC6_top20(inputs: Mapping[str, Path], spec: Mapping[str, Any],
         if stat == "top20_band_violations":
             cells = [_count(v) for v in values]
         elif stat == "T0_top20_minus_full":
-            cells = [_signed(v, 4) for v in values]
+            cells = [fmt_signed(v, 4) for v in values]
         else:
             cells = [fmt(v, 4) for v in values]
         latex.append([label, *cells])
@@ -492,7 +487,8 @@ def tableC6_top20(inputs: Mapping[str, Path], spec: Mapping[str, Any],
     return {
         macro_name("topTwenty", "max", "abs", "diff"): fmt(max(finite), 4) if finite else "--",
         macro_name("topTwenty", "band", "last"): fmt(s.get("T0_top20_band", s.last), 4),
-        macro_name("topTwenty", "diff", "last"): _signed(s.get("T0_top20_minus_full", s.last), 4),
+        macro_name("topTwenty", "diff", "last"): fmt_signed(
+            s.get("T0_top20_minus_full", s.last), 4),
         macro_name("topTwenty", "diff", "last", "CI"): fmt_interval(
             s.get("T0_top20_minus_full", s.last, field="lower"),
             s.get("T0_top20_minus_full", s.last, field="upper"), 4),

@@ -28,6 +28,7 @@ from floorgap.reports.common import (
     fmt_interval,
     fmt_pct,
     fmt_pct_interval,
+    fmt_signed,
     item_figure,
     macro_name,
     save_item_figure,
@@ -150,12 +151,6 @@ def _ci(s: GapSummary, stat: str, v: str, k: int = -1, digits: int = 3) -> str:
     return fmt_interval(s.get(stat, v, k, field="lower"), s.get(stat, v, k, field="upper"), digits)
 
 
-def _signed(value: float, digits: int = 2) -> str:
-    if value is None or not math.isfinite(value):
-        return "--"
-    return f"\\ensuremath{{{value:+.{digits}f}}}"
-
-
 def _table(rows: list[list[Any]], header: list[str], name: str, out_dir: Path,
            csv_rows: list[dict]) -> None:
     latex = pd.DataFrame(rows, columns=header)
@@ -260,12 +255,12 @@ def table7_serving_risk(inputs: Mapping[str, Path], spec: Mapping[str, Any], out
         rows += [[f"{name} ${free_label}$", *[fmt(s.get("R_free", v, k), 2) for k in ks]],
                  [f"{name} $R_{{k}}^{{\\mathrm{{serve}}}}$",
                   *[fmt(s.get("R_serve", v, k), 2) for k in ks]],
-                 ["difference", *[_signed(s.get("R_serve_minus_free", v, k)) for k in ks]],
+                 ["difference", *[fmt_signed(s.get("R_serve_minus_free", v, k)) for k in ks]],
                  ["95\\% CI", *[_ci(s, "R_serve_minus_free", v, k) for k in ks]]]
         L = s.last
         values[macro_name(_stem(spec, v), "free", "risk", "last")] = fmt(s.get("R_free", v, L), 3)
         values[macro_name(_stem(spec, v), "serve", "risk", "last")] = fmt(s.get("R_serve", v, L), 3)
-        values[macro_name(_stem(spec, v), "serve", "minus", "free", "last")] = _signed(
+        values[macro_name(_stem(spec, v), "serve", "minus", "free", "last")] = fmt_signed(
             s.get("R_serve_minus_free", v, L))
     if not rows:
         raise ValueError(f"{s.path} has neither {v0!r} nor {v1!r}")
@@ -333,7 +328,7 @@ def table12_ours_vs_dspark(inputs: Mapping[str, Path], spec: Mapping[str, Any], 
         macro_name("ours", "self", "risk", "last"): fmt(s.get("R_self", vo, L), 2),
         macro_name("ours", "vs", "dspark", "self", "risk", "last"): fmt(s.get("R_self", v1, L), 2),
         macro_name("ours", "tau"): fmt(s.get("tau", vo), 3),
-        macro_name("ours", "vs", "dspark", "tau", "change"): _signed(s.get("diff_tau", pair), 3),
+        macro_name("ours", "vs", "dspark", "tau", "change"): fmt_signed(s.get("diff_tau", pair), 3),
         macro_name("ours", "vs", "dspark", "tau", "change", "CI"): _ci(s, "diff_tau", pair),
     }
 
@@ -383,7 +378,7 @@ def table10_trajectory(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
         values[macro_name(_stem(spec, v), "trajectory", "tau", "first")] = fmt(first, 2)
         values[macro_name(_stem(spec, v), "trajectory", "tau", "last")] = fmt(last, 2)
         values[macro_name(_stem(spec, v), "trajectory", "epochs")] = str(done[-1])
-        values[macro_name(_stem(spec, v), "trajectory", "gain")] = _signed(last - first, 3)
+        values[macro_name(_stem(spec, v), "trajectory", "gain")] = fmt_signed(last - first, 3)
     _table(rows, ["Epoch", *map(str, epochs), "Served ($T=1$)"], "table10_trajectory", out_dir,
            csv)
     return values
@@ -408,7 +403,7 @@ def table13_components(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
         pair = f"{a}-{base}"
         tau = s.get("tau", a)
         diff = math.nan if a == base else s.get("diff_tau", pair)
-        rows.append([_label(a), fmt(tau, 3), "--" if a == base else _signed(diff, 3),
+        rows.append([_label(a), fmt(tau, 3), "--" if a == base else fmt_signed(diff, 3),
                      "--" if a == base else _ci(s, "diff_tau", pair), _served_cell(served, a)])
         csv.append({"arm": a, "baseline": base, "tau": tau,
                     "tau_lower": s.get("tau", a, field="lower"),
@@ -419,7 +414,7 @@ def table13_components(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
                     "served_tau": served[a]["estimate"] if a in served else math.nan})
         values[macro_name("components", a, "tau")] = fmt(tau, 2)
         if a != base:
-            values[macro_name("components", a, "change")] = _signed(diff, 3)
+            values[macro_name("components", a, "change")] = fmt_signed(diff, 3)
     best = max(arms, key=lambda a: s.get("tau", a))
     values[macro_name("components", "best")] = _label(best)
     _table(rows, ["One-epoch configuration", "Accepted length", "Change from baseline",
@@ -573,8 +568,8 @@ def fig7_prefix_attention(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
     return {
         macro_name("fig", "seven", "gap", "reduction", "last"): fmt_pct(
             s.get("gap_reduction", pair, L)),
-        macro_name("fig", "seven", "exposure", "change", "last"): _signed(
+        macro_name("fig", "seven", "exposure", "change", "last"): fmt_signed(
             s.get("diff_exposure", pair, L)),
-        macro_name("fig", "seven", "self", "risk", "change", "last"): _signed(
+        macro_name("fig", "seven", "self", "risk", "change", "last"): fmt_signed(
             s.get("diff_R_self", pair, L)),
     }

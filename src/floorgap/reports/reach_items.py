@@ -130,7 +130,8 @@ def table2_notation(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir
     df = pd.DataFrame([{"symbol": s.symbol, "meaning": s.meaning, "code": "; ".join(s.homes)}
                        for s in NOTATION])
     shown = pd.DataFrame([[s.symbol, s.meaning] for s in NOTATION], columns=["Symbol", "Meaning"])
-    write_table(df, "table2_notation", tex_dir=out_dir, latex=shown, column_format="lp{0.7\\linewidth}")
+    write_table(df, "table2_notation", tex_dir=out_dir, latex=shown,
+                column_format="lp{0.7\\linewidth}")
     return {macro_name("notation", "rows"): str(len(NOTATION))}
 
 

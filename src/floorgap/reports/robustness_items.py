@@ -1,8 +1,9 @@
 """Paper items of the floors' robustness runs (App. C.2, C.3, C.4, C.7): the replication by a
 second engine (``tableC2_replication``, from the api_floors replication read and the floors'
 anchor-slot table) and, from the floor_variants summaries (floorgap.analysis.floor_variants),
-``tableC3_finite_m``, ``tableC4_block16`` and ``tableC7_sampling_law``. Values are means over the variant's anchors (the first of each domain),
-not population estimates; the tables say how many anchors.
+``tableC3_finite_m``, ``tableC4_block16`` and ``tableC7_sampling_law``. Values are means over
+the variant's anchors (the first of each domain), not population estimates; the tables say how
+many anchors.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pandas as pd
 
 from floorgap.analysis.floor_variants import covered_floor_ratios
 from floorgap.records import read_metadata, read_table
-from floorgap.reports.common import fmt, fmt_pct, macro_name, write_table
+from floorgap.reports.common import fmt, fmt_pct, fmt_signed, macro_name, write_table
 
 __all__ = ["tableC2_replication", "tableC3_finite_m", "tableC4_block16", "tableC7_sampling_law"]
 
@@ -27,10 +28,6 @@ def _rows(path: Path, law: str = "evaluation", paths: int | None = None) -> pd.D
     if paths is not None:
         df = df[df["paths"] == paths]
     return df.set_index("slot").sort_index()
-
-
-def _signed(value: float, digits: int = 4) -> str:
-    return "--" if not math.isfinite(value) else f"\\ensuremath{{{value:+.{digits}f}}}"
 
 
 def tableC3_finite_m(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
@@ -57,7 +54,7 @@ def tableC3_finite_m(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_di
                 values[macro_name("finite", "m", "smallest", "T", sym, "max", "diff")] = fmt(
                     float(diff.iloc[1:].max()), 4)
     lines.append([f"fit check $T^{{(0)}}_{{\\mathrm{{split}}}}-T^{{(0)}}$, $M={ms[-1]}$",
-                  *[_signed(top.at[k, "fit_diff"]) for k in slots]])
+                  *[fmt_signed(top.at[k, "fit_diff"], 4) for k in slots]])
     shown = pd.DataFrame(lines, columns=["slot $k$", *map(str, slots)])
     write_table(df, "tableC3_finite_m", tex_dir=out_dir, latex=shown)
     values[macro_name("finite", "m", "anchors")] = str(int(top["anchors"].max()))
@@ -154,7 +151,7 @@ def tableC2_replication(inputs: Mapping[str, Path], spec: Mapping[str, Any], out
     out = pd.DataFrame(rows)
     k_top = meta.get("top_k", "K")
     shown = pd.DataFrame(
-        [[str(r.slot), fmt(r.t0_full, 4), fmt(r.t0_engine, 4), _signed(r.t0_diff),
+        [[str(r.slot), fmt(r.t0_full, 4), fmt(r.t0_engine, 4), fmt_signed(r.t0_diff, 4),
           fmt(r.band, 4), "--" if r.slot == 0 else fmt(r.t1_split, 4),
           "--" if r.slot == 0 else fmt(r.t1_importance, 4),
           "--" if r.slot == 0 else fmt(r.t1_engine, 4)] for r in out.itertuples(index=False)],
@@ -170,7 +167,7 @@ def tableC2_replication(inputs: Mapping[str, Path], spec: Mapping[str, Any], out
         macro_name("replication", "top", "k"): str(k_top),
         macro_name("replication", "T0", "max", "diff"): fmt(float(deep["t0_diff"].abs().max()),
                                                             4),
-        macro_name("replication", "T1", "routes", "diff", "last"): _signed(
-            float(last["t1_importance"] - last["t1_split"])),
+        macro_name("replication", "T1", "routes", "diff", "last"): fmt_signed(
+            float(last["t1_importance"] - last["t1_split"]), 4),
         macro_name("replication", "band", "last"): fmt(float(last["band"]), 4),
     }
