@@ -42,6 +42,32 @@ CHECKPOINT_KEYS = frozenset({"name", "kind", "layers", "checkpoint"})
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 #: The files the decomposition stage writes per drafter (results/<target>/decomposition/).
 DECOMPOSITION_EXTS = ("csv", "tex", "md")
+#: What a target runs: ``full``, every per-target stage; ``cross_target``, only what the
+#: comparison across targets reads (Fig. 5: corpus, anchors, rollouts, floors, the order-0 and
+#: order-1 baselines, their evaluation and the gaps summary).
+TARGET_SCOPES = ("full", "cross_target")
+#: The evaluation job of a cross_target target: the two baselines of Fig. 5.
+ROLES_JOB = "roles"
+#: Keys of a target entry that configure the workflow rather than the model (left out of the
+#: target spec every stage receives, so changing them reruns only what they change).
+TARGET_WORKFLOW_KEYS = ("scope", "settings")
+
+
+def merge_settings(base: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with a target's ``settings`` merged over it key by key; a drafter entry
+    (``drafters.variants.<name>``) is replaced whole, so a checkpoint entry can stand in for a
+    trained one."""
+    def merge(a: Mapping[str, Any], b: Mapping[str, Any], path: tuple[str, ...]) -> dict:
+        out = dict(a)
+        for key, value in b.items():
+            whole = path == ("drafters", "variants")
+            if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) and not whole:
+                out[key] = merge(out[key], value, path + (key,))
+            else:
+                out[key] = value
+        return out
+
+    return merge(base, settings, ())
 
 
 class ConfigError(ValueError):
@@ -145,6 +171,8 @@ class WorkflowSpec:
         self.budget_variants = list(budget.get("variants", []))
         self.roles = dict(drafters["roles"])
         self.decompose = list(cfg.get("decompose") or {})
+        self._settings = {t: merge_settings(cfg, cfg["targets"][t].get("settings") or {})
+                          for t in self.targets}
         check_consistency(self)
         self.eval_groups = {
             "summary": [Evaluation(v, "final") for v in self.variants],
@@ -166,6 +194,8 @@ class WorkflowSpec:
             "study": [e for group in ("summary", "trajectory", "components", "budget")
                       for e in self.eval_groups[group]],
             "decompose": self.eval_groups["decompose"],
+            # a cross_target target evaluates only the two baselines Fig. 5 reads
+            ROLES_JOB: [Evaluation(v, "final") for v in self.cross_target_drafters],
         }
 
     # ---------------------------------------------------------------- names and settings
@@ -176,6 +206,42 @@ class WorkflowSpec:
         decompose section's drafters (one namespace)."""
         return self.variants + self.arms + self.budget_arms + self.decompose
 
+    @property
+    def cross_target_drafters(self) -> list[str]:
+        """The drafters a cross_target target trains or imports: the order-0 and order-1
+        baselines (Fig. 5)."""
+        return list(dict.fromkeys([self.roles["order0"], self.roles["order1"]]))
+
+    def scope(self, target: str) -> str:
+        """What ``target`` runs (TARGET_SCOPES); the primary target is always ``full``."""
+        return str(self.config["targets"][target].get("scope", "full"))
+
+    def settings(self, target: str) -> dict[str, Any]:
+        """The config as ``target`` sees it: its ``settings`` merged over the shared sections."""
+        return self._settings[target]
+
+    def target_drafters(self, target: str) -> list[str]:
+        """The drafters trained or imported for ``target``."""
+        if self.scope(target) == "cross_target":
+            return self.cross_target_drafters
+        return self.drafter_names
+
+    def eval_job_names(self, target: str) -> list[str]:
+        """The drafter_eval jobs of ``target`` that evaluate something."""
+        names = [ROLES_JOB] if self.scope(target) == "cross_target" else ["study", "decompose"]
+        return [job for job in names if self.eval_jobs[job]]
+
+    def eval_job_targets(self, job: str) -> list[str]:
+        """The targets that run drafter_eval job ``job``."""
+        return [t for t in self.targets if job in self.eval_job_names(t)]
+
+    def summaries(self, target: str) -> list[str]:
+        """The gaps summaries of ``target`` (an empty group, e.g. no decompose section, has
+        none; a cross_target target has only ``summary``, of its two baselines)."""
+        if self.scope(target) == "cross_target":
+            return ["summary"]
+        return [name for name in self.eval_groups if self.summary_evaluations(name)]
+
     def shards(self) -> range:
         return range(self.config["rollouts"]["shards"])
 
@@ -184,19 +250,25 @@ class WorkflowSpec:
         return 1 if self.config["targets"][target]["device"].startswith("cuda") else 0
 
     def drafter_gpus(self, target: str) -> int:
-        return self.gpus(target) * int(self.config["drafters"]["train"].get("processes", 1))
+        return self.gpus(target) * int(self.settings(target)["drafters"]["train"]
+                                       .get("processes", 1))
 
     def target(self, name: str) -> dict[str, Any]:
-        return {"name": name, **self.config["targets"][name]}
+        """The model entry of target ``name`` (without its workflow keys: scope, settings)."""
+        entry = self.config["targets"][name]
+        return {"name": name, **{k: v for k, v in entry.items()
+                                 if k not in TARGET_WORKFLOW_KEYS}}
 
-    def domain(self, name: str) -> dict[str, Any]:
-        return {"name": name, **self.config["domains"][name]}
+    def domain(self, name: str, target: str | None = None) -> dict[str, Any]:
+        cfg = self.config if target is None else self.settings(target)
+        return {"name": name, **cfg["domains"][name]}
 
-    def variant_entry(self, name: str) -> dict[str, Any]:
-        """A drafter's config entry with its name; component arms train for components.epochs
-        and share one seed key (the same initial draws); a checkpoint entry carries its
-        resolved ``kind``."""
-        drafters = self.config["drafters"]
+    def variant_entry(self, name: str, target: str | None = None) -> dict[str, Any]:
+        """A drafter's config entry with its name (``target``'s own entry where its settings
+        replace it); component arms train for components.epochs and share one seed key (the
+        same initial draws); a checkpoint entry carries its resolved ``kind``."""
+        cfg = self.config if target is None else self.settings(target)
+        drafters = cfg["drafters"]
         if name in drafters["variants"]:
             return _with_kind({"name": name, **drafters["variants"][name]})
         if name in self.budget_arms:
@@ -207,17 +279,21 @@ class WorkflowSpec:
         return {"name": name, "epochs": components["epochs"], "seed_key": COMPONENTS_SEED_KEY,
                 **components["arms"][name]}
 
-    def is_imported(self, name: str) -> bool:
-        """Whether drafter ``name`` is imported from a checkpoint (not trained)."""
-        return is_checkpoint(self.variant_entry(name))
+    def is_imported(self, name: str, target: str | None = None) -> bool:
+        """Whether drafter ``name`` (of ``target``) is imported from a checkpoint (not trained)."""
+        return is_checkpoint(self.variant_entry(name, target))
 
-    def variant_epochs(self, name: str) -> int:
-        entry = self.variant_entry(name)
-        return int(entry.get("epochs", self.config["drafters"]["train"]["epochs"]))
+    def variant_epochs(self, name: str, target: str | None = None) -> int:
+        entry = self.variant_entry(name, target)
+        cfg = self.config if target is None else self.settings(target)
+        return int(entry.get("epochs", cfg["drafters"]["train"]["epochs"]))
 
-    def summary_evaluations(self, summary: str) -> list[Evaluation]:
+    def summary_evaluations(self, summary: str, target: str | None = None) -> list[Evaluation]:
         """The evaluations a gaps summary reads: its evaluation group, and for the trajectory
-        also the final weights (the last epoch)."""
+        also the final weights (the last epoch); a cross_target target's ``summary`` reads its
+        two baselines."""
+        if target is not None and self.scope(target) == "cross_target":
+            return self.eval_jobs[ROLES_JOB] if summary == "summary" else []
         if summary == "trajectory":
             return self.eval_groups["trajectory"] + [Evaluation(v, "final")
                                                      for v in self.trajectory]
@@ -232,22 +308,23 @@ class WorkflowSpec:
         return self.target(target)
 
     def corpus_spec(self, target: str, domain: str) -> dict[str, Any]:
-        cfg = self.config
-        return {"target": self.target(target), "domain": self.domain(domain),
+        cfg = self.settings(target)
+        return {"target": self.target(target), "domain": self.domain(domain, target),
                 "corpus": cfg["corpus"], "law": cfg["evaluation_law"], "seed": cfg["seed"]}
 
-    def anchors_spec(self, domain: str) -> dict[str, Any]:
-        return {"domain": domain, "anchors": self.config["anchors"], "seed": self.config["seed"]}
+    def anchors_spec(self, target: str, domain: str) -> dict[str, Any]:
+        cfg = self.settings(target)
+        return {"domain": domain, "anchors": cfg["anchors"], "seed": cfg["seed"]}
 
     def rollouts_spec(self, target: str, shard: int) -> dict[str, Any]:
-        cfg = self.config
+        cfg = self.settings(target)
         return {"target": self.target(target), "rollouts": cfg["rollouts"],
                 "law": cfg["evaluation_law"], "gamma": cfg["anchors"]["gamma"],
                 "shard": int(shard)}
 
     def mi_spec(self, target: str) -> dict[str, Any]:
         """What the MI probe reads; the ESS gates only enter the report, so they are left out."""
-        cfg = self.config
+        cfg = self.settings(target)
         return {"target": self.target(target),
                 "mi": {k: v for k, v in cfg["mi"].items() if k != "ess_gates"},
                 "law": cfg["evaluation_law"], "gamma": cfg["anchors"]["gamma"],
@@ -265,9 +342,10 @@ class WorkflowSpec:
     def drafter_data_spec(self, target: str) -> dict[str, Any]:
         """What the drafter_data stage reads; the taps and the training precision only when the
         record stores features (otherwise changing them reruns nothing there)."""
-        cfg = self.config
+        cfg = self.settings(target)
         drafters = cfg["drafters"]
-        spec = {"target": self.target(target), "domains": [self.domain(d) for d in self.domains],
+        spec = {"target": self.target(target),
+                "domains": [self.domain(d, target) for d in self.domains],
                 "training_data": drafters["training_data"], "corpus": cfg["corpus"],
                 "evaluation_law": cfg["evaluation_law"], "gamma": cfg["anchors"]["gamma"],
                 "seed": cfg["seed"]}
@@ -279,25 +357,29 @@ class WorkflowSpec:
     def drafters_spec(self, target: str, variant: str) -> dict[str, Any]:
         """What the drafters stage reads. An imported checkpoint reads no training settings, so
         changing them reruns no import."""
-        cfg = self.config
-        if self.is_imported(variant):
-            return {"target": self.target(target), "variant": self.variant_entry(variant),
+        cfg = self.settings(target)
+        entry = self.variant_entry(variant, target)
+        if is_checkpoint(entry):
+            return {"target": self.target(target), "variant": entry,
                     "gamma": cfg["anchors"]["gamma"]}
-        return {"target": self.target(target), "variant": self.variant_entry(variant),
+        return {"target": self.target(target), "variant": entry,
                 "export_epochs": variant in self.trajectory + self.budget_variants + self.budget_arms,
                 "taps": self.taps(target),
                 "train": cfg["drafters"]["train"], "gamma": cfg["anchors"]["gamma"],
                 "seed": cfg["seed"]}
 
     def drafter_eval_spec(self, target: str, shard: int, job: str) -> dict[str, Any]:
-        cfg = self.config
+        cfg = self.settings(target)
         return {"target": self.target(target), "rollouts": cfg["rollouts"],
                 "law": cfg["evaluation_law"], "gamma": cfg["anchors"]["gamma"],
                 "shard": int(shard), "variants": [e.label for e in self.eval_jobs[job]]}
 
-    def gaps_spec(self, summary: str) -> dict[str, Any]:
+    def gaps_spec(self, summary: str, target: str | None = None) -> dict[str, Any]:
         """The analysis settings of one gaps summary: its contrasts (ours against the order-1
-        baseline; each component arm against the baseline arm), labels and sweeps."""
+        baseline; each component arm against the baseline arm), labels and sweeps; a
+        cross_target target's summary has its two baselines and no contrast."""
+        if target is not None and self.scope(target) == "cross_target":
+            return self.analysis_spec(contrasts=[])
         if summary in ("trajectory", "budget"):
             # The final weights are the last epoch's: label them so.
             studied = (self.trajectory if summary == "trajectory"
@@ -416,6 +498,8 @@ class WorkflowSpec:
 
     def decomposition_files(self, target: str) -> list[str]:
         """The decomposition stage's outputs of every drafter of the decompose section."""
+        if self.scope(target) == "cross_target":
+            return []
         return [f"results/{target}/decomposition/{name}.{ext}" for name in self.decompose
                 for ext in DECOMPOSITION_EXTS]
 
@@ -445,6 +529,10 @@ class WorkflowSpec:
         spec: dict[str, Any] = dict(cfg["figures"]) if kind == "figure" else {}
         if reads.startswith("gaps") or reads in ("serving", "cross_target"):
             spec["roles"] = self.roles
+        if reads == "cross_target":
+            # a base model's corpus uses plain prompts: the figure says so per target
+            spec["prompts"] = {t: "chat" if self.config["targets"][t].get("chat_template", True)
+                               else "plain" for t in self.targets}
         if reads == "serving":
             # App. F.3: published accepted lengths to bound, beside the project's own
             spec["published"] = list((self.serving or {}).get("published", []))
@@ -497,6 +585,39 @@ def check_consistency(spec: WorkflowSpec) -> None:
     if order0 != "dflash":
         raise ConfigError(f"drafters.roles.order0 {spec.roles['order0']!r} is a {order0} drafter; "
                           "the order-0 baseline must be of kind dflash (q_k depends on X only)")
+    _check_targets(spec)
+
+
+def _check_targets(spec: WorkflowSpec) -> None:
+    """Scopes and per-target settings: the primary target runs everything; settings change the
+    values of existing domains and drafters, never the names (one namespace, one DAG shape)."""
+    if spec.scope(spec.primary) != "full":
+        raise ConfigError(f"the primary target {spec.primary!r} has scope "
+                          f"{spec.scope(spec.primary)}; the primary target runs every stage: "
+                          "drop its scope or make another target primary_target")
+    for target in spec.targets:
+        settings = spec.config["targets"][target].get("settings") or {}
+        where = f"targets.{target}.settings"
+        unknown = sorted(set(settings.get("domains") or {}) - set(spec.domains))
+        if unknown:
+            raise ConfigError(f"{where}.domains names {unknown}, which are not domains "
+                              f"({', '.join(spec.domains)}); a target changes a domain's "
+                              "settings, it cannot add one")
+        variants = (settings.get("drafters") or {}).get("variants") or {}
+        unknown = sorted(set(variants) - set(spec.variants))
+        if unknown:
+            raise ConfigError(f"{where}.drafters.variants names {unknown}, which are not "
+                              f"drafters.variants ({', '.join(spec.variants)}); a target replaces "
+                              "the entry of an existing drafter name")
+        for name, entry in variants.items():
+            if is_checkpoint(entry):
+                _check_checkpoint_entry(entry, f"{where}.drafters.variants.{name}")
+        order0 = variant_kind(spec.variant_entry(spec.roles["order0"], target),
+                              f"{where}.drafters.variants.{spec.roles['order0']}")
+        if order0 != "dflash":
+            raise ConfigError(f"drafters.roles.order0 {spec.roles['order0']!r} is a {order0} "
+                              f"drafter on target {target}; the order-0 baseline must be of "
+                              "kind dflash (q_k depends on X only)")
 
 
 def _check_serving(spec: WorkflowSpec) -> None:
@@ -561,14 +682,19 @@ def _check_checkpoints(spec: WorkflowSpec) -> None:
             raise ConfigError(f"decompose.{name} has no checkpoint; the decompose section "
                               "evaluates existing drafters: give checkpoint: {format, path}")
         _check_checkpoint_entry(entry, f"decompose.{name}")
-    imported = sorted(v for v in drafters["variants"] if is_checkpoint(drafters["variants"][v]))
-    for section, names in (("drafters.trajectory", spec.trajectory),
-                           ("drafters.budget.variants", spec.budget_variants)):
-        bad = sorted(set(names) & set(imported))
-        if bad:
-            raise ConfigError(f"{section} names {bad}, which import a checkpoint and have no "
-                              f"training epochs to evaluate; remove them from {section} (or "
-                              "train them: give kind and layers instead of checkpoint)")
+    for target in spec.targets:
+        if spec.scope(target) != "full":
+            continue  # a cross_target target trains no trajectory and no budget study
+        variants = spec.settings(target)["drafters"]["variants"]
+        imported = sorted(v for v in variants if is_checkpoint(variants[v]))
+        for section, names in (("drafters.trajectory", spec.trajectory),
+                               ("drafters.budget.variants", spec.budget_variants)):
+            bad = sorted(set(names) & set(imported))
+            if bad:
+                raise ConfigError(f"{section} names {bad}, which import a checkpoint (target "
+                                  f"{target}) and have no training epochs to evaluate; remove "
+                                  f"them from {section} (or train them: give kind and layers "
+                                  "instead of checkpoint)")
     arms = {"drafters.components.arms": drafters["components"]["arms"],
             "drafters.budget.arms": drafters.get("budget", {}).get("arms", {})}
     for section, entries in arms.items():

@@ -154,7 +154,7 @@ def test_gguf_materialisation_matches_gguf_model(tmp_path):
 
 @pytest.mark.slow
 def test_a_chunked_gguf_package_materialises_the_second_target(tmp_path, monkeypatch, repo):
-    """Gemma-3-270M (workflow/configs/gemma3-270m.yaml): its package joins the chunk packages
+    """Gemma-3-270M (the default's second target): its package joins the chunk packages
     into the GGUF (cached under $FLOORGAP_CACHE), the saved folder reproduces the GGUF model's
     logits, and as a base model it formats prompts without a chat template."""
     import yaml
@@ -162,8 +162,9 @@ def test_a_chunked_gguf_package_materialises_the_second_target(tmp_path, monkeyp
     from floorgap.models.targets import chat_prompt_ids, package_gguf
 
     monkeypatch.setenv("FLOORGAP_CACHE", str(tmp_path / "cache"))
-    overlay = yaml.safe_load((repo / "workflow" / "configs" / "gemma3-270m.yaml").read_text())
-    name, target = next(iter(overlay["targets"].items()))
+    config = yaml.safe_load((repo / "config.yaml").read_text())
+    name = "gemma3-270m"
+    target = {k: v for k, v in config["targets"][name].items() if k not in ("scope", "settings")}
     path, version = package_gguf(target["source"])
     assert path.is_file() and str(path).startswith(str(tmp_path / "cache")) and version == "1.0.0"
     out = tmp_path / name

@@ -5,7 +5,7 @@ rule anchors:
     output:
         "results/{target}/anchors/{domain}.parquet",
     params:
-        spec=lambda w: as_json(W.anchors_spec(w.domain)),
+        spec=lambda w: as_json(W.anchors_spec(w.target, w.domain)),
     log:
         f"{LOGS}/anchors/{{target}}/{{domain}}.log",
     threads: 1

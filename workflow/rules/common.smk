@@ -24,6 +24,9 @@ try:
     W = resolve(config)
 except ConfigError as exc:
     raise ValueError(f"inconsistent config: {exc}") from None
+# each target's settings merged over the shared sections must be a valid config too
+for _target in W.targets:
+    validate(W.settings(_target), schema="../schemas/config.schema.yaml")
 
 # Rules call the console command `floorgap`: put the interpreter running Snakemake (for instance
 # .venv/bin of `.venv/bin/snakemake`) first on PATH, so the jobs find it without an activated

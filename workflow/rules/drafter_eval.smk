@@ -2,7 +2,8 @@
 # evaluation job (floorgap.config eval_jobs: `study`, every drafter of the summary, trajectory,
 # components and budget groups; `decompose`, a user's own drafters) evaluates all of its
 # drafters: the target's p_k along the paths, the costly part, is computed once per anchor and
-# shared. The rules are drafter_eval_<job>.
+# shared; a cross_target target has one job, `roles`, its two baselines. The rules are
+# drafter_eval_<job>, each constrained to the targets that run it.
 
 
 def weights_input(evaluation):
@@ -12,7 +13,7 @@ def weights_input(evaluation):
 
 
 for _job, _evals in W.eval_jobs.items():
-    if not _evals:
+    if not _evals or not W.eval_job_targets(_job):
         continue
 
     rule:
@@ -20,6 +21,8 @@ for _job, _evals in W.eval_jobs.items():
         R^oracle, R^self, exposure per slot; p, q, TV and accept factors per path and slot."""
         name:
             f"drafter_eval_{_job}"
+        wildcard_constraints:
+            target="|".join(map(str, W.eval_job_targets(_job))) or "NONE",
         input:
             model=lambda w: model_dir(w.target),
             corpus="results/{target}/corpus/{domain}.parquet",

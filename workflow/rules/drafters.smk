@@ -6,12 +6,12 @@
 
 def training_data(w):
     """The training record, for a drafter that is trained."""
-    return [] if W.is_imported(w.variant) else f"results/{w.target}/drafter_data/blocks.pt"
+    return [] if W.is_imported(w.variant, w.target) else f"results/{w.target}/drafter_data/blocks.pt"
 
 
 def checkpoint_files(w):
     """config.json and the safetensors files of an imported drafter's local folder."""
-    entry = W.variant_entry(w.variant).get("checkpoint") or {}
+    entry = W.variant_entry(w.variant, w.target).get("checkpoint") or {}
     if "path" not in entry:
         return []  # trained, or fetched from the hub by the job
     folder = Path(entry["path"]).expanduser()
@@ -40,8 +40,9 @@ rule drafters:
     threads: 1
     resources:
         mem_mb=12000,
-        runtime=lambda w: 60 if W.is_imported(w.variant) else 1440,
-        gpu=lambda w: W.gpus(w.target) if W.is_imported(w.variant) else W.drafter_gpus(w.target),
+        runtime=lambda w: 60 if W.is_imported(w.variant, w.target) else 1440,
+        gpu=lambda w: (W.gpus(w.target) if W.is_imported(w.variant, w.target)
+                       else W.drafter_gpus(w.target)),
     conda:
         CONDA_ENV
     shell:

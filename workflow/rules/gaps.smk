@@ -3,13 +3,14 @@
 #   summary     the drafters of drafters.variants (final weights), every statistic;
 #   trajectory  every epoch of the drafters.trajectory variants (table 10);
 #   components  the one-epoch arms of drafters.components, each against the baseline (table 13).
+# A cross_target target has only `summary`, of its two baselines (Fig. 5).
 
 
 def gaps_records(kind):
     """Every drafter_eval shard a summary reads, for one record kind ("paths" or "slots")."""
     return lambda w: [
         eval_record(w.target, e, kind, domain, shard)
-        for e in W.summary_evaluations(w.summary)
+        for e in W.summary_evaluations(w.summary, w.target)
         for domain in W.domains
         for shard in W.shards()
     ]
@@ -24,7 +25,7 @@ rule gaps:
     output:
         summary="results/{target}/gaps/{summary}.parquet",
     params:
-        spec=lambda w: as_json(W.gaps_spec(w.summary)),
+        spec=lambda w: as_json(W.gaps_spec(w.summary, w.target)),
     log:
         f"{LOGS}/gaps/{{target}}/{{summary}}.log",
     threads: 1

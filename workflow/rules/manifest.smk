@@ -11,10 +11,11 @@ def target_records(target):
         for shard in W.shards()
         for kind in ("paths", "floors")
     ]
-    mi = [f"results/{target}/mi/{domain}.parquet" for domain in W.domains]
+    # the MI probe runs on full targets only (a cross_target target runs what Fig. 5 reads)
+    mi = ([f"results/{target}/mi/{domain}.parquet" for domain in W.domains]
+          if W.scope(target) == "full" else [])
     floors = [f"results/{target}/floors/{name}.parquet" for name in ("anchor_slot", "summary")]
-    gaps = [f"results/{target}/gaps/{name}.parquet" for name in W.eval_groups
-            if W.summary_evaluations(name)]  # an empty group (no decompose section) has none
+    gaps = [f"results/{target}/gaps/{name}.parquet" for name in W.summaries(target)]
     return per_domain_files + rollouts + mi + floors + gaps
 
 

@@ -173,7 +173,10 @@ def fig5_cross_target(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_d
         ax.bar(x, df[f"{gap}_estimate"], bottom=df[f"{floor}_estimate"], yerr=err, capsize=3,
                label=f"gap $G^{{({gap[1]})}}$")
         ax.set_xticks(x)
-        ax.set_xticklabels(targets, rotation=20, ha="right")
+        # a base model's corpus uses plain prompts (no chat template): say so under its name
+        prompts = spec.get("prompts", {})
+        ax.set_xticklabels([f"{t}\n(plain prompts)" if prompts.get(t) == "plain" else t
+                            for t in targets], rotation=20, ha="right")
         ax.set_title(title)
         ax.legend()
     left.set_ylabel(f"risk at the final slot $k={int(df['slot'].max())}$")
