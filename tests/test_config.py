@@ -35,6 +35,10 @@ def rename_drafters(cfg: dict, names: dict[str, str]) -> dict:
     budget["variants"] = [names.get(v, v) for v in budget.get("variants", [])]
     if "serving" in cfg:
         cfg["serving"]["systems"] = [names.get(v, v) for v in cfg["serving"]["systems"]]
+    for target in cfg["targets"].values():
+        own = target.get("settings", {}).get("drafters", {})
+        if "variants" in own:
+            own["variants"] = {names.get(k, k): v for k, v in own["variants"].items()}
     return cfg
 
 
@@ -182,3 +186,135 @@ def test_published_taus_rerun_no_engine_and_a_target_may_name_its_own_taps() -> 
     spec = resolve(cfg)
     assert spec.taps(target) == [1, 2]
     assert spec.drafters_spec(target, spec.roles["order0"])["taps"] == [1, 2]
+
+
+def test_settings_merge_key_by_key_and_replace_drafter_entries_whole() -> None:
+    from floorgap.config import merge_settings
+
+    base = {"rollouts": {"paths": 64, "reveal_paths": 4},
+            "drafters": {"train": {"lr": 0.003, "epochs": 1},
+                         "variants": {"dflash": {"kind": "dflash", "layers": 2, "init": "target"}}}}
+    merged = merge_settings(base, {"rollouts": {"reveal_paths": 2},
+                                   "drafters": {"train": {"lr": 0.001}, "variants": {
+                                       "dflash": {"checkpoint": {"format": "dflash", "path": "x"}}}}})
+    assert merged["rollouts"] == {"paths": 64, "reveal_paths": 2}
+    assert merged["drafters"]["train"] == {"lr": 0.001, "epochs": 1}
+    # a released checkpoint stands in for the trained entry: no training keys survive
+    assert merged["drafters"]["variants"]["dflash"] == {"checkpoint": {"format": "dflash",
+                                                                       "path": "x"}}
+    assert base["rollouts"]["reveal_paths"] == 4  # the shared sections are not touched
+
+
+def test_a_cross_target_target_runs_only_what_fig5_reads() -> None:
+    cfg = default()
+    spec = resolve(cfg)
+    second = [t for t in spec.targets if t != spec.primary]
+    assert second and all(spec.scope(t) == "cross_target" for t in second)
+    t = second[0]
+    roles = [spec.roles["order0"], spec.roles["order1"]]
+    assert spec.target_drafters(t) == roles
+    assert spec.target_drafters(spec.primary) == spec.drafter_names
+    assert spec.eval_job_names(t) == ["roles"] and spec.eval_job_names(spec.primary) == ["study"]
+    assert spec.eval_job_targets("roles") == second
+    assert spec.summaries(t) == ["summary"]
+    assert [e.variant for e in spec.summary_evaluations("summary", t)] == roles
+    assert spec.summary_evaluations("trajectory", t) == []
+    assert spec.gaps_spec("summary", t)["contrasts"] == []
+    assert spec.gaps_spec("summary", spec.primary)["contrasts"] == [
+        [spec.roles["ours"], spec.roles["order1"]]]
+    assert spec.decomposition_files(t) == []
+    # the model entry every stage receives leaves the workflow keys out
+    assert "scope" not in spec.target(t) and "settings" not in spec.target(t)
+    assert spec.target(t)["chat_template"] is False
+    assert spec.report_spec("cross_target", "figure")["prompts"] == {spec.primary: "chat",
+                                                                    t: "plain"}
+
+
+def test_per_target_settings_reach_that_targets_specs_only() -> None:
+    cfg = default()
+    spec = resolve(cfg)
+    t = [t for t in spec.targets if t != spec.primary][0]
+    own = cfg["targets"][t]["settings"]
+    assert spec.anchors_spec(t, "gsm8k")["anchors"]["per_domain"] == own["anchors"]["per_domain"]
+    assert spec.anchors_spec(spec.primary, "gsm8k")["anchors"] == cfg["anchors"]
+    assert spec.corpus_spec(t, "gsm8k")["domain"]["prompts"] == own["domains"]["gsm8k"]["prompts"]
+    assert spec.corpus_spec(t, "gsm8k")["corpus"]["max_prompt_tokens"] == \
+        cfg["corpus"]["max_prompt_tokens"]  # merged: the keys it does not set stay shared
+    rollouts = spec.rollouts_spec(t, 0)["rollouts"]
+    assert rollouts["reveal_paths"] == own["rollouts"]["reveal_paths"]
+    assert rollouts["paths"] == cfg["rollouts"]["paths"]
+    data = spec.drafter_data_spec(t)
+    assert data["training_data"]["prompts_per_domain"] == \
+        own["drafters"]["training_data"]["prompts_per_domain"]
+    assert spec.drafters_spec(t, "dflash")["variant"]["init"] == "random"
+    assert spec.drafters_spec(spec.primary, "dflash")["variant"]["init"] == "target"
+    # the primary's specs are those of a config without the second target
+    alone = copy.deepcopy(cfg)
+    del alone["targets"][t]
+    one = resolve(alone)
+    for name in ("corpus_spec", "rollouts_spec"):
+        arg = "gsm8k" if name == "corpus_spec" else 0
+        assert as_json(getattr(spec, name)(spec.primary, arg)) == \
+            as_json(getattr(one, name)(spec.primary, arg))
+    assert as_json(spec.drafters_spec(spec.primary, "ours")) == \
+        as_json(one.drafters_spec(spec.primary, "ours"))
+
+
+@pytest.mark.parametrize("mutate, needle", [
+    (lambda c, t: c["targets"][c["primary_target"] if "primary_target" in c else
+                               next(iter(c["targets"]))].update(scope="cross_target"),
+     "primary target runs every stage"),
+    (lambda c, t: c["targets"][t]["settings"].update(domains={"nope": {"prompts": 1}}),
+     "cannot add one"),
+    (lambda c, t: c["targets"][t]["settings"]["drafters"]["variants"].update(
+        other={"kind": "dflash", "layers": 1}), "replaces the entry of an existing drafter"),
+    (lambda c, t: c["targets"][t]["settings"]["drafters"]["variants"].update(
+        dflash={"kind": "dspark", "layers": 1}), "must be of kind dflash"),
+    (lambda c, t: c["targets"][t]["settings"]["drafters"]["variants"].update(
+        dflash={"kind": "dflash", "lr": 1, "checkpoint": {"format": "dflash", "path": "x"}}),
+     "imports a checkpoint but also sets"),
+])
+def test_inconsistent_target_settings_are_refused(mutate, needle: str) -> None:
+    cfg = default()
+    second = [t for t in cfg["targets"]][1]
+    mutate(cfg, second)
+    with pytest.raises(ConfigError, match=needle):
+        resolve(cfg)
+
+
+def test_a_full_target_may_not_import_a_variant_it_studies_by_epoch() -> None:
+    cfg = default()
+    primary = next(iter(cfg["targets"]))
+    cfg["targets"][primary]["settings"] = {"drafters": {"variants": {"ours": {
+        "checkpoint": {"format": "dflash", "path": "x"}}}}}
+    with pytest.raises(ConfigError, match="drafters.trajectory names"):
+        resolve(cfg)
+
+
+@pytest.mark.parametrize("settings", [{"rollouts": {"shards": 4}}, {"anchors": {"gamma": 16}},
+                                      {"mi": {"paths": 8}}])
+def test_settings_cannot_change_the_dag_shape(settings: dict) -> None:
+    import jsonschema
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    cfg = default()
+    jsonschema.validate(cfg, schema)
+    second = [t for t in cfg["targets"]][1]
+    cfg["targets"][second]["settings"] = settings
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(cfg, schema)
+
+
+def test_a_targets_merged_settings_are_validated_like_the_config() -> None:
+    """The workflow validates each target's merged config (common.smk): a bad value in
+    settings fails there even though the settings object itself is only checked by key."""
+    import jsonschema
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    cfg = default()
+    second = [t for t in cfg["targets"]][1]
+    cfg["targets"][second]["settings"]["rollouts"] = {"paths": 1}
+    jsonschema.validate(cfg, schema)
+    spec = resolve(cfg)
+    with pytest.raises(jsonschema.ValidationError, match="1 is less than the minimum of 2"):
+        jsonschema.validate(spec.settings(second), schema)

@@ -55,7 +55,7 @@ def test_decompose_command_runs_the_workflow(smoke_target, tmp_path: Path) -> No
                          cwd=work, env=snakemake_env(), capture_output=True, text=True,
                          timeout=1800)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    (target,) = yaml.safe_load(smoke.read_text())["targets"]
+    target = next(iter(yaml.safe_load(smoke.read_text())["targets"]))
     results = work / "results" / target
     out = results / "decomposition"
     csv = pd.read_csv(out / "user.csv")

@@ -87,9 +87,7 @@ def smoke_run(tmp_path_factory):
     """The whole smoke DAG, run once in a scratch working directory."""
     work = tmp_path_factory.mktemp("smoke-dag")
     # Without LaTeX (CI installs it) everything but the compiled paper is built.
-    (target,) = yaml.safe_load(SMOKE_CONFIG.read_text())["targets"]
-    targets = [] if shutil.which("latexmk") else ["paper/values.tex",
-                                                  f"results/{target}/manifest.json"]
+    targets = _smoke_targets()
     # Targets go before --configfile, which takes every following word as a config file.
     res = snakemake(*targets, "--cores", "2", "--configfile", str(SMOKE_CONFIG), cwd=work)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
@@ -98,7 +96,7 @@ def smoke_run(tmp_path_factory):
 
 def test_smoke_dag_end_to_end(smoke_run: Path) -> None:
     cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
-    (target,) = cfg["targets"]
+    target, second = cfg["targets"]
     results = smoke_run / "results" / target
     manifest = json.loads((results / "manifest.json").read_text())
     listed = {Path(e["path"]).name for e in manifest["files"]}
@@ -131,6 +129,19 @@ def test_smoke_dag_end_to_end(smoke_run: Path) -> None:
         assert len(list((results / "drafters" / v / "epochs").glob("epoch-*.pt"))) == epochs
     if shutil.which("latexmk"):
         assert (smoke_run / "paper" / "main.pdf").read_bytes()[:4] == b"%PDF"
+    # The second target (scope cross_target) ran only what Fig. 5 reads, on its own anchors
+    other = smoke_run / "results" / second
+    own = cfg["targets"][second]["settings"]
+    manifest = json.loads((other / "manifest.json").read_text())
+    assert len(manifest["files"]) == (2 + 2 * shards) * len(cfg["domains"]) + 2 + 1
+    for domain in cfg["domains"]:
+        anchors = pd.read_parquet(other / "anchors" / f"{domain}.parquet")
+        assert len(anchors) == own["anchors"]["per_domain"]
+    assert not (other / "mi").exists()
+    roles = {drafters["roles"]["order0"], drafters["roles"]["order1"]}
+    assert {p.parent.name for p in (other / "drafters").glob("*/final.pt")} == roles
+    assert set(pd.read_parquet(other / "gaps" / "summary.parquet").variant) == roles
+    assert "\\newcommand{\\fgCrossTargets}{2}" in values
     # A second run has nothing to do.
     again = snakemake("--cores", "2", "--configfile", str(SMOKE_CONFIG), "-n", cwd=smoke_run)
     assert again.returncode == 0
@@ -186,8 +197,9 @@ def _record_hashes(work: Path) -> dict[str, str]:
 
 def _smoke_targets() -> list[str]:
     """What the smoke runs build: everything, or without LaTeX everything but the PDF."""
-    (target,) = yaml.safe_load(SMOKE_CONFIG.read_text())["targets"]
-    return [] if shutil.which("latexmk") else ["paper/values.tex", f"results/{target}/manifest.json"]
+    targets = yaml.safe_load(SMOKE_CONFIG.read_text())["targets"]
+    return [] if shutil.which("latexmk") else ["paper/values.tex", *(
+        f"results/{target}/manifest.json" for target in targets)]
 
 
 PLUGIN = '''
@@ -244,10 +256,14 @@ def test_renamed_drafters_build_every_item(smoke_run: Path, tmp_path: Path) -> N
         d["trajectory"] = [names[v] for v in d["trajectory"]]
         d["budget"]["variants"] = [names[v] for v in d["budget"]["variants"]]
         c["serving"]["systems"] = [names.get(v, v) for v in c["serving"]["systems"]]
+        for t in c["targets"].values():
+            own = t.get("settings", {}).get("drafters", {})
+            if "variants" in own:
+                own["variants"] = {names[k]: v for k, v in own["variants"].items()}
 
     cfg = _write_config(tmp_path / "renamed.yaml", rename)
     work = tmp_path / "work"
-    (target,) = yaml.safe_load(SMOKE_CONFIG.read_text())["targets"]
+    target = next(iter(yaml.safe_load(SMOKE_CONFIG.read_text())["targets"]))
     skip = {"drafters", "drafter_eval", "gaps", "drafter_data"}
     shutil.copytree(smoke_run / "results", work / "results",
                     ignore=lambda d, names_: [n for n in names_ if n in skip or n == "logs"])
@@ -296,7 +312,7 @@ def test_kill_mid_dag_then_rerun_gives_the_same_records(smoke_run: Path, tmp_pat
 
 def test_explore_notebook_runs_on_the_records(smoke_run: Path) -> None:
     """The exploration notebook (Snakemake `notebook:`) runs over a finished run's summaries."""
-    (target,) = yaml.safe_load(SMOKE_CONFIG.read_text())["targets"]
+    target = next(iter(yaml.safe_load(SMOKE_CONFIG.read_text())["targets"]))
     out = f"results/{target}/explore/overview.csv"
     res = snakemake(out, "--cores", "1", "--configfile", str(SMOKE_CONFIG), cwd=smoke_run)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

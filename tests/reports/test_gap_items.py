@@ -230,8 +230,9 @@ def test_fig5_compares_every_targets_final_slot(summary_path, tmp_path):
             "--paths", *map(str, files["paths"]), "--slots", *map(str, files["slots"]),
             "--out-summary", str(other), "--threads", "1"]
     assert run_stage(stage_main, stage_parser(), argv) == 0
-    spec = json.loads(FIG_SPEC)
+    spec = {**json.loads(FIG_SPEC), "prompts": {"first": "chat", "second": "plain"}}
     values = fig5_cross_target({"gaps_first": summary_path, "gaps_second": other}, spec, tmp_path)
+    assert values["\\fgCrossPlainPromptTargets"] == "\\texttt{second}"
     assert (tmp_path / "fig5_cross_target.pdf").stat().st_size > 1000
     shares = [GapSummary(p).get("G0_share", ROLES["order0"], 2) for p in (summary_path, other)]
     assert values["\\fgCrossTargets"] == "2"

@@ -140,7 +140,8 @@ def fig5_cross_target(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_d
     """Fig. 5: the final-slot floor-gap decomposition of every target: T^(0) and G^(0) of the
     order-0 drafter (stacking to R) and T^(1) and G^(1) of the order-1 drafter (stacking to
     R^oracle, on the covered paths), with the gaps' intervals; the values give the ranges of
-    G^(0)/R and G^(1)/R^oracle across targets."""
+    G^(0)/R and G^(1)/R^oracle across targets. ``spec["prompts"]`` marks the targets prompted
+    without a chat template (``plain``: base models), under their names and in a macro."""
     import numpy as np
 
     from floorgap.reports.common import item_figure, save_item_figure
@@ -182,7 +183,11 @@ def fig5_cross_target(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_d
     left.set_ylabel(f"risk at the final slot $k={int(df['slot'].max())}$")
     save_item_figure(fig, "fig5_cross_target", out_dir, spec)
     s0, s1 = df["G0_share_estimate"], df["G1_share_estimate"]
+    plain = [t for t in targets if spec.get("prompts", {}).get(t) == "plain"]
     return {
+        # the targets prompted without a chat template (base models), or "none"
+        macro_name("cross", "plain", "prompt", "targets"): ", ".join(
+            f"\\texttt{{{t}}}" for t in plain) or "none",
         macro_name("cross", "targets"): str(len(targets)),
         macro_name("cross", "target", "list"): ", ".join(f"\\texttt{{{t}}}" for t in targets),
         macro_name("cross", "dflash", "gap", "share", "min"): fmt_pct(float(s0.min()), 0),
