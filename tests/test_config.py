@@ -226,8 +226,6 @@ def test_a_cross_target_target_runs_only_what_fig5_reads() -> None:
     # the model entry every stage receives leaves the workflow keys out
     assert "scope" not in spec.target(t) and "settings" not in spec.target(t)
     assert spec.target(t)["chat_template"] is False
-    assert spec.report_spec("cross_target", "figure")["prompts"] == {spec.primary: "chat",
-                                                                    t: "plain"}
 
 
 def test_per_target_settings_reach_that_targets_specs_only() -> None:
@@ -318,3 +316,34 @@ def test_a_targets_merged_settings_are_validated_like_the_config() -> None:
     spec = resolve(cfg)
     with pytest.raises(jsonschema.ValidationError, match="1 is less than the minimum of 2"):
         jsonschema.validate(spec.settings(second), schema)
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "workflow" / "configs").glob("*.yaml")) +
+                         [REPO / "config.yaml"], ids=lambda p: p.name)
+def test_every_shipped_config_validates_and_resolves(path: Path) -> None:
+    import jsonschema
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    cfg = yaml.safe_load(path.read_text())
+    jsonschema.validate(cfg, schema)
+    spec = resolve(cfg)
+    for target in spec.targets:
+        jsonschema.validate(spec.settings(target), schema)
+
+
+def test_the_paper_config_compares_four_targets_with_their_own_released_drafters() -> None:
+    cfg = yaml.safe_load((REPO / "workflow" / "configs" / "paper-cross-target.yaml").read_text())
+    spec = resolve(cfg)
+    assert spec.primary == "qwen3-4b" and len(spec.targets) == 4
+    assert [spec.scope(t) for t in spec.targets] == ["full"] + ["cross_target"] * 3
+    hubs = set()
+    for t in spec.targets:
+        for role in ("order0", "order1"):
+            name = spec.roles[role]
+            assert spec.is_imported(name, t)
+            hub = spec.variant_entry(name, t)["checkpoint"]["hub"]
+            assert hub.startswith("deepseek-ai/") and hub not in hubs
+            hubs.add(hub)
+        # imported baselines need no training data on the compared targets
+        assert all(spec.is_imported(v, t) for v in spec.target_drafters(t)) or t == spec.primary
+    assert len(hubs) == 8

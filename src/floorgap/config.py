@@ -529,10 +529,6 @@ class WorkflowSpec:
         spec: dict[str, Any] = dict(cfg["figures"]) if kind == "figure" else {}
         if reads.startswith("gaps") or reads in ("serving", "cross_target"):
             spec["roles"] = self.roles
-        if reads == "cross_target":
-            # a base model's corpus uses plain prompts: the figure says so per target
-            spec["prompts"] = {t: "chat" if self.config["targets"][t].get("chat_template", True)
-                               else "plain" for t in self.targets}
         if reads == "serving":
             # App. F.3: published accepted lengths to bound, beside the project's own
             spec["published"] = list((self.serving or {}).get("published", []))

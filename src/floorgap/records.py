@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -85,6 +85,12 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     meta = pq.read_schema(path).metadata or {}
     raw = meta.get(b"floorgap")
     return json.loads(raw) if raw else {}
+
+
+def prompt_format(target: Mapping[str, Any]) -> str:
+    """How a target's prompts are formatted, as every record of the target says: ``chat`` (its
+    chat template) or ``plain`` (a base model: the prompt text as is)."""
+    return "chat" if target.get("chat_template", True) else "plain"
 
 
 def dataclass_rows(rows: Sequence[Any]) -> pd.DataFrame:

@@ -141,6 +141,13 @@ def test_smoke_dag_end_to_end(smoke_run: Path) -> None:
     roles = {drafters["roles"]["order0"], drafters["roles"]["order1"]}
     assert {p.parent.name for p in (other / "drafters").glob("*/final.pt")} == roles
     assert set(pd.read_parquet(other / "gaps" / "summary.parquet").variant) == roles
+    # every record says how its target's prompts were formatted (the second: a base model's)
+    from floorgap.records import read_metadata
+
+    for run, prompts in ((results, "chat"), (other, "plain")):
+        for record in ("rollouts/gsm8k/paths-0.parquet", "floors/summary.parquet",
+                       "gaps/summary.parquet"):
+            assert read_metadata(run / record)["prompts"] == prompts, (run, record)
     assert "\\newcommand{\\fgCrossTargets}{2}" in values
     # A second run has nothing to do.
     again = snakemake("--cores", "2", "--configfile", str(SMOKE_CONFIG), "-n", cwd=smoke_run)

@@ -218,6 +218,7 @@ def test_macros_are_named_by_role_whatever_the_variants_are_called(tmp_path):
 def test_fig5_compares_every_targets_final_slot(summary_path, tmp_path):
     """Two targets (the same summary twice, and a second built from other draws): one bar pair per
     target, and the cross-target ranges of G0/R and G1/R^oracle follow the summaries."""
+    from floorgap.records import read_metadata, read_table, write_table
     from floorgap.reports.gap_items import GapSummary
     from floorgap.reports.reach_items import fig5_cross_target
     from floorgap.stages.gaps import build_parser as stage_parser
@@ -230,7 +231,9 @@ def test_fig5_compares_every_targets_final_slot(summary_path, tmp_path):
             "--paths", *map(str, files["paths"]), "--slots", *map(str, files["slots"]),
             "--out-summary", str(other), "--threads", "1"]
     assert run_stage(stage_main, stage_parser(), argv) == 0
-    spec = {**json.loads(FIG_SPEC), "prompts": {"first": "chat", "second": "plain"}}
+    # the second target was prompted as a base model is: its records say so
+    write_table(other, read_table(other), {**read_metadata(other), "prompts": "plain"})
+    spec = json.loads(FIG_SPEC)
     values = fig5_cross_target({"gaps_first": summary_path, "gaps_second": other}, spec, tmp_path)
     assert values["\\fgCrossPlainPromptTargets"] == "\\texttt{second}"
     assert (tmp_path / "fig5_cross_target.pdf").stat().st_size > 1000

@@ -140,6 +140,8 @@ class FloorRecords:
     target: str | None
     domains: dict[str, dict[str, Any]]
     issues: list[Issue] = field(default_factory=list)
+    #: ``chat`` or ``plain`` (a base model's prompts, no chat template); None in older records
+    prompts: str | None = None
 
     def issue_counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -203,15 +205,17 @@ def _read_anchors(files: Sequence[Path]) -> tuple[pd.DataFrame, dict[str, dict],
 
 
 def _run_facts(files: Sequence[Path]) -> dict[str, Any]:
-    """gamma, M, K, J and target from the record files' metadata; they must agree."""
+    """gamma, M, K, J, target and its prompt format from the record files' metadata; they must
+    agree."""
     facts: dict[str, dict[str, Any]] = {}
     for f in files:
         meta = read_metadata(f)
         roll = meta.get("rollouts") or {}
         facts[str(f)] = {"gamma": meta.get("gamma"), "paths": roll.get("paths"),
                          "store_top_k": roll.get("store_top_k"),
-                         "reveal_paths": roll.get("reveal_paths"), "target": meta.get("target")}
-    for key in ("gamma", "paths", "store_top_k", "reveal_paths", "target"):
+                         "reveal_paths": roll.get("reveal_paths"), "target": meta.get("target"),
+                         "prompts": meta.get("prompts")}
+    for key in ("gamma", "paths", "store_top_k", "reveal_paths", "target", "prompts"):
         seen = {str(v[key]) for v in facts.values()}
         if len(seen) > 1:
             detail = {f: v[key] for f, v in facts.items()}
@@ -506,7 +510,7 @@ def load_records(anchors_files: Sequence[str | Path], paths_files: Sequence[str 
     return FloorRecords(anchors=_sort_by_domain(anchors, domains), cells=cells,
                         paths=path_arrays, gamma=gamma, paths_per_anchor=M, top_k=top_k,
                         reveal_paths=reveal, target=facts.get("target"), domains=domains,
-                        issues=issues)
+                        issues=issues, prompts=facts.get("prompts"))
 
 
 # -- per anchor x slot values -------------------------------------------------------------------

@@ -179,6 +179,8 @@ class GapRecords:
     gamma: int
     variants: dict[str, VariantRecords]
     target: str | None
+    #: ``chat`` or ``plain`` (a base model's prompts), from the floors; None in older records
+    prompts: str | None = None
 
 
 def _variant_of(path: Path, meta: dict[str, Any]) -> str:
@@ -273,7 +275,8 @@ def load_records(anchor_slot: str | Path, paths_files: Sequence[str | Path],
     t1_rw[0] = t1_rw[0].fillna(t0[0])
     known = set(anchors["anchor_id"])
     by_variant: dict[str, dict[str, list]] = {}
-    target = read_metadata(anchor_slot).get("target")
+    floors_meta = read_metadata(anchor_slot)
+    target = floors_meta.get("target")
     for kind, files in (("paths", paths_files), ("slots", slots_files)):
         for f in map(Path, files):
             meta = read_metadata(f)
@@ -303,7 +306,8 @@ def load_records(anchor_slot: str | Path, paths_files: Sequence[str | Path],
         variants[name] = _variant_records(name, paths, slots, gamma, entry["order"].pop(), known)
         _check_covered_mass(variants[name], covered_mass)
     return GapRecords(anchors=anchors, t0=t0, t1_split=t1_split, covered_mass=covered_mass,
-                      t1_reweighted=t1_rw, gamma=gamma, variants=variants, target=target)
+                      t1_reweighted=t1_rw, gamma=gamma, variants=variants, target=target,
+                      prompts=floors_meta.get("prompts"))
 
 
 # -- aggregation --------------------------------------------------------------------------------

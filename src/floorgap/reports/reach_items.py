@@ -140,8 +140,9 @@ def fig5_cross_target(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_d
     """Fig. 5: the final-slot floor-gap decomposition of every target: T^(0) and G^(0) of the
     order-0 drafter (stacking to R) and T^(1) and G^(1) of the order-1 drafter (stacking to
     R^oracle, on the covered paths), with the gaps' intervals; the values give the ranges of
-    G^(0)/R and G^(1)/R^oracle across targets. ``spec["prompts"]`` marks the targets prompted
-    without a chat template (``plain``: base models), under their names and in a macro."""
+    G^(0)/R and G^(1)/R^oracle across targets. The targets whose records say they were prompted
+    without a chat template (``prompts: plain``, base models) are marked under their names and
+    listed in a macro."""
     import numpy as np
 
     from floorgap.reports.common import item_figure, save_item_figure
@@ -152,6 +153,8 @@ def fig5_cross_target(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_d
     if not targets:
         raise ValueError("fig5_cross_target needs one --input gaps_<target>=<gaps summary>")
     rows = []
+    # how each target's prompts were formatted, as its records say (None: older records)
+    prompts = {t: read_metadata(inputs[f"gaps_{t}"]).get("prompts") for t in targets}
     for t in targets:
         s = GapSummary(inputs[f"gaps_{t}"])
         s.require(v0)
@@ -175,15 +178,14 @@ def fig5_cross_target(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_d
                label=f"gap $G^{{({gap[1]})}}$")
         ax.set_xticks(x)
         # a base model's corpus uses plain prompts (no chat template): say so under its name
-        prompts = spec.get("prompts", {})
-        ax.set_xticklabels([f"{t}\n(plain prompts)" if prompts.get(t) == "plain" else t
+        ax.set_xticklabels([f"{t}\n(plain prompts)" if prompts[t] == "plain" else t
                             for t in targets], rotation=20, ha="right")
         ax.set_title(title)
         ax.legend()
     left.set_ylabel(f"risk at the final slot $k={int(df['slot'].max())}$")
     save_item_figure(fig, "fig5_cross_target", out_dir, spec)
     s0, s1 = df["G0_share_estimate"], df["G1_share_estimate"]
-    plain = [t for t in targets if spec.get("prompts", {}).get(t) == "plain"]
+    plain = [t for t in targets if prompts[t] == "plain"]
     return {
         # the targets prompted without a chat template (base models), or "none"
         macro_name("cross", "plain", "prompt", "targets"): ", ".join(

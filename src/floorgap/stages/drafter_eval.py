@@ -39,7 +39,7 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     from floorgap.data.anchors import anchor_contexts, read_shard
     from floorgap.models.targets import load_target
     from floorgap.probes.drafter_eval import evaluate_shard, load_drafters, stored_paths
-    from floorgap.records import dataclass_rows, write_table
+    from floorgap.records import dataclass_rows, prompt_format, write_table
     from floorgap.sampling import SamplingLaw
 
     spec = args.spec
@@ -64,7 +64,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
                         logger=logger)
     for label, drafter, out_paths, out_slots in zip(labels, drafters, args.out_paths,
                                                     args.out_slots, strict=True):
-        meta = {"stage": "drafter_eval", "target": target["name"], "variant": label,
+        meta = {"stage": "drafter_eval", "target": target["name"],
+                "prompts": prompt_format(target), "variant": label,
                 "domain": anchor_meta.get("domain"), "order": int(drafter.order),
                 "drafter_kind": drafter.cfg.kind, "rollouts": cfg, "law": spec["law"],
                 "gamma": gamma, "shard": spec["shard"], "anchors": len(anchors),

@@ -73,7 +73,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     check_reveal_undefined(summary, float(spec.get("reveal_undefined_max",
                                                    REVEAL_UNDEFINED_MAX)))
 
-    meta = {"stage": "floors", "target": records.target, "gamma": records.gamma,
+    meta = {"stage": "floors", "target": records.target, "prompts": records.prompts,
+            "gamma": records.gamma,
             "paths_per_anchor": records.paths_per_anchor, "store_top_k": records.top_k,
             "reveal_paths": records.reveal_paths, "analysis": spec, "seed": seed,
             "domains": records.domains, "issues": counts,

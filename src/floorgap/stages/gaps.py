@@ -64,7 +64,7 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     summary = summarise(rec, n_boot=n_boot, level=level, seed=seed, contrasts=contrasts,
                         sweeps=sweeps)
     logger.info("summary: %d rows (B=%d) in %.1f s", len(summary), n_boot, timer.seconds)
-    meta = {"stage": "gaps", "target": rec.target, "gamma": rec.gamma,
+    meta = {"stage": "gaps", "target": rec.target, "prompts": rec.prompts, "gamma": rec.gamma,
             "analysis": spec, "seed": seed,
             "variants": {v.name: {"order": v.order, "anchors": len(v.anchor_ids),
                                   "incomplete": len(v.incomplete)}

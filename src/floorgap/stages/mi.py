@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     from floorgap.models.targets import load_target
     from floorgap.probes.mi import non_finite_cells, probe_anchors, read_mi_inputs
-    from floorgap.records import dataclass_rows, write_table
+    from floorgap.records import dataclass_rows, prompt_format, write_table
     from floorgap.sampling import SamplingLaw
 
     spec = args.spec
@@ -50,7 +50,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
         logger.warning("%d measured cells have non-finite losses (e.g. a scored token outside "
                        "the law's support along every prefix); the estimators leave them out",
                        bad)
-    meta = {"target": target["name"], "domain": anchor_meta.get("domain"), "mi": cfg,
+    meta = {"target": target["name"], "prompts": prompt_format(target),
+            "domain": anchor_meta.get("domain"), "mi": cfg,
             "law": spec["law"], "gamma": gamma, "forward_batch": forward_batch,
             "anchors": len(anchors), "screened": run.n_screened, "non_finite_cells": bad,
             "dtype": target["dtype"], "device": target["device"],

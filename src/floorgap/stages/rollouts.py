@@ -28,7 +28,7 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     from floorgap.models.targets import load_target
     from floorgap.data.anchors import read_shard
     from floorgap.probes.rollouts import roll_out_anchors
-    from floorgap.records import dataclass_rows, write_table
+    from floorgap.records import dataclass_rows, prompt_format, write_table
     from floorgap.sampling import SamplingLaw
 
     spec = args.spec
@@ -41,8 +41,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     model, _ = load_target(args.model_dir, target["dtype"], target["device"])
     run = roll_out_anchors(model, anchors, corpus, cfg=cfg, gamma=gamma, law=law,
                            desc=f"rollouts shard {spec['shard']}")
-    meta = {"target": target["name"], "domain": anchor_meta.get("domain"),
-            "rollouts": cfg, "law": spec["law"], "gamma": gamma, "shard": spec["shard"],
+    meta = {"target": target["name"], "prompts": prompt_format(target),
+            "domain": anchor_meta.get("domain"), "rollouts": cfg, "law": spec["law"], "gamma": gamma, "shard": spec["shard"],
             "anchors": len(anchors), "dtype": target["dtype"], "device": target["device"],
             "stand_in_for": anchor_meta.get("stand_in_for")}
     write_table(args.out_paths, dataclass_rows(run.path_rows), meta)
