@@ -129,8 +129,11 @@ def _uniform_barycentre(P: torch.Tensor) -> Barycentre:
 
 
 def _weighted_barycentre(P: torch.Tensor, w: torch.Tensor) -> Barycentre:
-    srt, idx = torch.sort(P, dim=-2)  # columns sorted: [..., M, V]
-    ws = w.unsqueeze(-1).expand_as(P).gather(-2, idx)
+    # Columns sorted: [..., M, V]. As in the uniform case, sorting the contiguous transpose along
+    # its last dimension is ~2.5x faster than sorting along dim -2 (same values, same order).
+    srt_t, idx_t = torch.sort(P.transpose(-1, -2).contiguous(), dim=-1, stable=True)
+    ws_t = w.unsqueeze(-2).expand(idx_t.shape).gather(-1, idx_t)
+    srt, ws = srt_t.transpose(-1, -2).contiguous(), ws_t.transpose(-1, -2).contiguous()
     C = ws.cumsum(-2)  # C_{v,j}: cumulative weight of the j smallest entries of column v
     # Passing level C_{v,j} the quantile of column v jumps from sorted row j to row j+1.
     L = C[..., :-1, :]
