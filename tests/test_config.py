@@ -240,7 +240,7 @@ def test_per_target_settings_reach_that_targets_specs_only() -> None:
         cfg["corpus"]["max_prompt_tokens"]  # merged: the keys it does not set stay shared
     rollouts = spec.rollouts_spec(t, 0)["rollouts"]
     assert rollouts["reveal_paths"] == own["rollouts"]["reveal_paths"]
-    assert rollouts["paths"] == cfg["rollouts"]["paths"]
+    assert rollouts["forward_batch"] == cfg["rollouts"]["forward_batch"]
     data = spec.drafter_data_spec(t)
     assert data["training_data"]["prompts_per_domain"] == \
         own["drafters"]["training_data"]["prompts_per_domain"]
