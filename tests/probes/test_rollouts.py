@@ -57,6 +57,27 @@ def test_chunk_size_does_not_change_records(model, smoke_records):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
+def test_forwards_carry_no_rows_past_the_pass(model, smoke_records, monkeypatch):
+    """A forward_batch above the pass's path count pads nothing: every forward has M rows, and
+    the records equal those of forward_batch = M bit for bit."""
+    ctx, seed = _context(smoke_records)
+    rows: list[int] = []
+    forward = type(model).forward
+
+    def counting(self, *args, **kwargs):
+        rows.append(int(kwargs["input_ids"].shape[0]))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(model), "forward", counting)
+    wide = sample_block(model, ctx, n_paths=M, gamma=GAMMA, law=SamplingLaw(),
+                        anchor_seed=seed, forward_batch=4 * M, reveal_paths=2)
+    assert max(rows) == M
+    exact = _block(model, ctx, seed, reveal_paths=2)
+    assert torch.equal(wide.tokens, exact.tokens)
+    assert torch.equal(wide.probs, exact.probs)
+    assert torch.equal(wide.revealed[1:], exact.revealed[1:])
+
+
 def test_probabilities_are_the_teacher_forced_conditionals(model, smoke_records):
     ctx, seed = _context(smoke_records)
     block = _block(model, ctx, seed)

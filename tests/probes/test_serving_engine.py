@@ -6,6 +6,7 @@ accepting every draft (tau = gamma + 1), a random drafter accepting next to noth
 from __future__ import annotations
 
 import json
+import os
 import socket
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from floorgap.probes.serving import (
     EngineSpec,
     ServingRow,
     engine_command,
+    engine_cpus,
     engine_environment,
     running_engine,
     serve_run,
@@ -72,6 +74,34 @@ def test_the_server_starts_without_the_jobs_thread_counts() -> None:
     env = engine_environment({"PATH": "/bin", "MKL_NUM_THREADS": "2", "OMP_NUM_THREADS": "2",
                               "OPENBLAS_NUM_THREADS": "2", "HOME": "/root"})
     assert env == {"PATH": "/bin", "HOME": "/root"}
+
+
+def test_a_cpu_server_runs_on_the_jobs_threads_plus_one_cpu(tmp_path: Path) -> None:
+    """vLLM's CPU build computes on every CPU it may use but one: a job of T threads lets its
+    server use T + 1 CPUs; GPU servers and jobs without a thread count are not restricted."""
+    assert engine_cpus(_spec(threads=1), {5, 2, 9}) == [2, 5]
+    assert engine_cpus(_spec(threads=8), {0, 1}) == [0, 1]
+    assert engine_cpus(_spec(), {0, 1, 2}) is None
+    assert engine_cpus(_spec(device="cuda", threads=1), {0, 1, 2}) is None
+    # a stand-in server (answers /health, writes the CPUs it may run on) started for real
+    seen = tmp_path / "cpus.json"
+    fake = tmp_path / "python"
+    fake.write_text(
+        "#!/usr/bin/env python3\n"
+        "import http.server, json, os, sys\n"
+        "port = int(sys.argv[sys.argv.index('--port') + 1])\n"
+        f"open({str(seen)!r}, 'w').write(json.dumps(sorted(os.sched_getaffinity(0))))\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        self.send_response(200); self.end_headers()\n"
+        "    def log_message(self, *a):\n"
+        "        pass\n"
+        "http.server.HTTPServer(('127.0.0.1', port), H).serve_forever()\n")
+    fake.chmod(0o755)
+    allowed = sorted(os.sched_getaffinity(0))
+    with running_engine(_spec(python=str(fake), port=_free_port(), threads=1,
+                              startup_timeout_s=60), tmp_path / "engine.log"):
+        assert json.loads(seen.read_text()) == allowed[:2]
 
 
 def test_a_server_that_exits_is_a_one_line_error_naming_its_log(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ rule floor_variants:
         f"{LOGS}/floor_variants/{{target}}/{{variant}}.log",
     wildcard_constraints:
         variant="|".join(W.FLOOR_VARIANTS),
-    threads: 2
+    threads: 1
     resources:
         mem_mb=12000,
         runtime=120,

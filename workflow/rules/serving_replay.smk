@@ -17,7 +17,7 @@ rule serving_replay:
         spec=lambda w: as_json(W.serving_replay_spec(w.target, w.system)),
     log:
         f"{LOGS}/serving_replay/{{target}}/{{system}}.log",
-    threads: 2
+    threads: 1
     resources:
         mem_mb=8000,
         runtime=60,

@@ -52,6 +52,7 @@ from floorgap.errors import StageError
 from floorgap.estimators.barycentre import tv_distance
 from floorgap.estimators.risk import exposure
 from floorgap.estimators.serving import accept_factors
+from floorgap.probes.rollouts import forward_rows
 from floorgap.sampling import SamplingLaw, inverse_cdf_sample
 from floorgap.seeds import derive_seed, generator_for
 
@@ -132,10 +133,11 @@ def target_path_probs(model: Any, context_ids: list[int], tokens: Tensor, *, law
 
     The context is prefilled once (slot 0's distribution is shared); each chunk of at most
     ``forward_batch`` paths is teacher-forced in one forward of G - 1 tokens on a copy of the
-    prefix cache, padded to exactly ``forward_batch`` rows.
+    prefix cache, padded to exactly ``forward_rows(forward_batch, M)`` rows.
     """
     device = next(model.parameters()).device
     n_paths, gamma = tokens.shape
+    forward_batch = forward_rows(forward_batch, n_paths)
     ctx = torch.tensor([context_ids], dtype=torch.long, device=device)
     out = model(input_ids=ctx, use_cache=True)
     p0 = law.probs(out.logits[:, -1, :])                       # [1, V]

@@ -46,7 +46,7 @@ from floorgap.estimators.mi import (MICellLosses, leave_one_out_missing_informat
                                     mi_cell_losses, screen_anchors)
 from floorgap.progress import progress
 from floorgap.records import read_metadata, read_table
-from floorgap.probes.rollouts import sample_block
+from floorgap.probes.rollouts import forward_rows, sample_block
 from floorgap.sampling import SamplingLaw
 from floorgap.seeds import derive_seed
 
@@ -145,8 +145,9 @@ def conditioned_logprobs(model: Any, context_ids: list[int], prefixes: torch.Ten
     log p(z*_{j+i} | X, prefixes[s, :j], z*_j, ..., z*_{j+i-1}) under ``law``: columns 0..i-1
     are the revealed tokens' log-probabilities, column i the score of z*_{j+i}.
 
-    The prompt is prefilled once; each chunk of ``chunk_paths`` prefixes (default
-    ``forward_batch``) copies its cache once and crops it back after every start.
+    The prompt is prefilled once; each chunk of ``chunk_paths`` prefixes (default and at most
+    ``forward_rows(forward_batch, S)``, the rows of every forward) copies its cache once and
+    crops it back after every start.
     """
     if not starts:
         return {}
@@ -155,6 +156,8 @@ def conditioned_logprobs(model: Any, context_ids: list[int], prefixes: torch.Ten
     chunk = forward_batch if chunk_paths is None else chunk_paths
     if not 1 <= chunk <= forward_batch:
         raise ValueError(f"chunk_paths must lie in [1, forward_batch={forward_batch}]")
+    forward_batch = forward_rows(forward_batch, prefixes.shape[0])
+    chunk = min(chunk, forward_batch)
     device = next(model.parameters()).device
     n_rows = prefixes.shape[0]
     prefixes = prefixes.to(device)

@@ -9,10 +9,11 @@ forward of paths.
 Determinism. Path r draws its uniforms from its own generator, seeded by
 ``derive_seed(anchor_seed, "path", r)``. CPU and GPU matrix kernels choose their summation order
 by the number of rows, so a path's probabilities would change in the last bits with the number
-of paths decoded beside it. Every forward therefore has exactly ``forward_batch`` rows: real
-paths, padded with copies when fewer remain. A path's numbers then depend only on the anchor,
-its index and ``forward_batch`` (a recorded part of the numerical recipe), never on how paths are
-chunked or anchors sharded.
+of paths decoded beside it. Every forward therefore has exactly :func:`forward_rows` rows
+(``forward_batch``, or the pass's path count when that is smaller): real paths, padded with
+copies when fewer remain. A path's numbers then depend only on the anchor, its index, the
+pass's path count and ``forward_batch`` (a recorded part of the numerical recipe), never on
+how paths are chunked or anchors sharded.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ from floorgap.sampling import SamplingLaw, inverse_cdf_sample
 from floorgap.seeds import derive_seed, generator_for
 
 log = logging.getLogger("floorgap.rollouts")
+
+
+def forward_rows(forward_batch: int, n_paths: int) -> int:
+    """Rows of every forward of a pass over ``n_paths`` paths: ``forward_batch``, capped at
+    ``n_paths`` (rows past the pass's paths would only be padding, computed and discarded)."""
+    return max(1, min(int(forward_batch), int(n_paths)))
 
 
 @dataclass(frozen=True)
@@ -63,8 +70,8 @@ def sample_block(model: Any, context_ids: list[int], *, n_paths: int, gamma: int
                  chunk_paths: int | None = None, reveal_paths: int = 0) -> SampledBlock:
     """Draw ``n_paths`` blocks of ``gamma`` tokens after ``context_ids`` (prefill shared).
 
-    ``forward_batch`` is the fixed number of rows of every decode forward; ``chunk_paths``
-    (default ``forward_batch``, at most it) is how many real paths fill each forward. Results
+    Every decode forward has ``forward_rows(forward_batch, n_paths)`` rows; ``chunk_paths``
+    (default and at most that) is how many real paths fill each forward. Results
     are identical for every ``chunk_paths`` (see the module docstring).
 
     ``reveal_paths`` = J > 0 also reads, for the re-weighting route of T^(1) (paper Sec. B.3),
@@ -78,6 +85,8 @@ def sample_block(model: Any, context_ids: list[int], *, n_paths: int, gamma: int
     chunk = forward_batch if chunk_paths is None else chunk_paths
     if not 1 <= chunk <= forward_batch:
         raise ValueError(f"chunk_paths must lie in [1, forward_batch={forward_batch}]")
+    forward_batch = forward_rows(forward_batch, n_paths)
+    chunk = min(chunk, forward_batch)
     if not 0 <= reveal_paths <= min(chunk, n_paths):
         # The revealed tokens come from the first chunk's paths, known before any later chunk.
         raise ValueError("reveal_paths must lie in [0, min(chunk_paths, n_paths)]")

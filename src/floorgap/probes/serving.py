@@ -37,7 +37,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +76,10 @@ class EngineSpec:
     startup_timeout_s: float = 900.0
     draft_sampling: str = "probabilistic"   # vLLM's draft_sample_method (or greedy)
     extra_args: tuple[str, ...] = ()
+    # CPU targets: the job's threads. vLLM's CPU build binds its compute threads to every CPU
+    # the server may run on but one (kept for its scheduler and API), so the server is allowed
+    # `threads + 1` of the job's CPUs (None: all of them).
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -136,6 +140,15 @@ def engine_command(spec: EngineSpec) -> tuple[list[str], dict[str, str]]:
     return cmd + list(spec.extra_args), env
 
 
+def engine_cpus(spec: EngineSpec, allowed: Iterable[int]) -> list[int] | None:
+    """The CPUs the server may run on: ``threads + 1`` of ``allowed`` (in order) for a CPU
+    target whose job names its threads, else None (no restriction)."""
+    if spec.threads is None or spec.device.startswith("cuda"):
+        return None
+    cpus = sorted(allowed)
+    return cpus[:max(1, int(spec.threads)) + 1]
+
+
 def engine_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment the engine's server starts with: the caller's, less the job's thread
     counts (:data:`JOB_THREAD_VARIABLES`)."""
@@ -158,9 +171,18 @@ def running_engine(spec: EngineSpec, log_path: str | Path) -> Iterator[str]:
     cmd, extra_env = engine_command(spec)
     env = {**engine_environment(os.environ), **extra_env}
     log.info("starting %s: %s", spec.engine, " ".join(cmd))
+    cpus = engine_cpus(spec, os.sched_getaffinity(0))
+    if cpus is not None:
+        log.info("the server runs on CPUs %s (%d job threads)", cpus, spec.threads)
+
+    def before_exec() -> None:
+        _die_with_parent()
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True, preexec_fn=_die_with_parent)
+                                start_new_session=True, preexec_fn=before_exec)
     try:
         start = time.monotonic()
         while _get(f"{spec.base_url}/health", 5.0) != 200:

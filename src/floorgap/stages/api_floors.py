@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 @contextlib.contextmanager
-def endpoint_for(spec: Mapping[str, Any], model_dir: Path, engine_log: Path) -> Iterator[Any]:
+def endpoint_for(spec: Mapping[str, Any], model_dir: Path, engine_log: Path,
+                 threads: int | None = None) -> Iterator[Any]:
     """The :class:`Endpoint` to read: a local vLLM server on the target, started here and
     stopped on exit, or the configured remote one."""
     from floorgap.probes.api_floors import Endpoint
@@ -72,7 +73,8 @@ def endpoint_for(spec: Mapping[str, Any], model_dir: Path, engine_log: Path) -> 
                         gamma=int(spec["gamma"]), port=int(cfg.get("port", 8031)),
                         max_model_len=int(cfg.get("max_model_len", 4096)),
                         startup_timeout_s=float(cfg.get("startup_timeout_s", 900)),
-                        extra_args=("--max-logprobs", str(int(spec["api_floors"]["top_k"]))))
+                        extra_args=("--max-logprobs", str(int(spec["api_floors"]["top_k"]))),
+                        threads=threads)
     engine_log.parent.mkdir(parents=True, exist_ok=True)
     with running_engine(engine, engine_log) as url:
         yield Endpoint(base_url=f"{url}/v1", model=folder, **common)
@@ -106,7 +108,7 @@ def read_missing(spec: Mapping[str, Any], args: argparse.Namespace, anchors: Any
     route = cfg["endpoint"].get("route", "completions")
     law = SamplingLaw.from_spec(spec["law"])
     texts = _chat_texts(args.model_dir, corpus, todo) if route == "chat" else {}
-    with endpoint_for(spec, args.model_dir, args.engine_log) as endpoint:
+    with endpoint_for(spec, args.model_dir, args.engine_log, args.threads) as endpoint:
         client, limiter = endpoint.client(), RateLimiter(endpoint.requests_per_minute)
         with progress(total=len(todo), desc="api_floors", unit="anchor") as bar:
             for a in todo.itertuples(index=False):

@@ -80,7 +80,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
                         drafter_dir=str(args.drafter_dir.absolute()) if args.drafter_dir else None,
                         port=int(cfg["port"]), max_model_len=int(cfg["max_model_len"]),
                         startup_timeout_s=float(cfg.get("startup_timeout_s", 900)),
-                        draft_sampling=str(cfg.get("draft_sampling", "probabilistic")))
+                        draft_sampling=str(cfg.get("draft_sampling", "probabilistic")),
+                        threads=args.threads)
     table = read_table(args.rows)
     tasks = list(dict.fromkeys(table["task"]))
     rows = {t: [ServingRow(t, str(r.row_id), tuple(int(i) for i in r.prompt_ids))
