@@ -28,8 +28,8 @@ evaluated there (:func:`evaluate_drafter`); a drafter's block pass runs once per
 predecessors enter as M rows of the head, and the self chain reads the output head at one slot
 per step.
 
-Determinism. Target forwards have exactly ``forward_batch`` rows (paths padded with copies of
-the chunk's first path, as in the rollouts probe); the drafter's block pass has one row and its
+Determinism. Target forwards have exactly ``forward_rows(forward_batch, M)`` rows (paths padded
+with copies of the chunk's first path, as in the rollouts probe); the drafter's block pass has one row and its
 head exactly M rows (M fixed by the stored records); every uniform is keyed by the anchor and
 the path index.
 """

@@ -21,9 +21,10 @@ Two independent passes of fresh target paths per anchor, both drawn with
 
 The estimator math (mixtures, weights, ESS) lives in :mod:`floorgap.estimators.mi`.
 
-Determinism. As in the rollouts, every forward has exactly ``forward_batch`` rows (real
-prefixes padded with copies of the first one), so a prefix's numbers depend only on the
-anchor, its index and ``forward_batch``, never on how prefixes are chunked.
+Determinism. As in the rollouts, every forward of a pass has exactly
+``forward_rows(forward_batch, paths of the pass)`` rows (real prefixes padded with copies of
+the first one), so a prefix's numbers depend only on the anchor, its index, the pass's size and
+``forward_batch``, never on how prefixes are chunked.
 """
 
 from __future__ import annotations
