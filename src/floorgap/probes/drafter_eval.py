@@ -29,9 +29,9 @@ predecessors enter as M rows of the head, and the self chain reads the output he
 per step.
 
 Determinism. Target forwards have exactly ``forward_rows(forward_batch, M)`` rows (paths padded
-with copies of the chunk's first path, as in the rollouts probe); the drafter's block pass has one row and its
-head exactly M rows (M fixed by the stored records); every uniform is keyed by the anchor and
-the path index.
+with copies of the chunk's first path, as in the rollouts probe); the drafter's block pass has
+one row and its head exactly M rows (M fixed by the stored records); every uniform is keyed by
+the anchor and the path index.
 """
 
 from __future__ import annotations

@@ -171,7 +171,9 @@ def running_engine(spec: EngineSpec, log_path: str | Path) -> Iterator[str]:
     cmd, extra_env = engine_command(spec)
     env = {**engine_environment(os.environ), **extra_env}
     log.info("starting %s: %s", spec.engine, " ".join(cmd))
-    cpus = engine_cpus(spec, os.sched_getaffinity(0))
+    # CPU affinity is Linux's: elsewhere the server runs unrestricted
+    affinity = getattr(os, "sched_getaffinity", None)
+    cpus = engine_cpus(spec, affinity(0)) if affinity is not None else None
     if cpus is not None:
         log.info("the server runs on CPUs %s (%d job threads)", cpus, spec.threads)
 
