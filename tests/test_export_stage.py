@@ -70,7 +70,7 @@ def test_export_formats_by_name_and_export_targets() -> None:
 
 def test_export_targets_are_the_primary_targets_variants_only() -> None:
     cfg = smoke()
-    (name,) = cfg["targets"]
+    name = resolve(cfg).primary
     cfg["targets"]["other"] = copy.deepcopy(cfg["targets"][name])
     cfg["primary_target"] = "other"
     targets = resolve(cfg).export_targets()
