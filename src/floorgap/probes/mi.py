@@ -47,7 +47,7 @@ from floorgap.estimators.mi import (MICellLosses, leave_one_out_missing_informat
                                     mi_cell_losses, screen_anchors)
 from floorgap.progress import progress
 from floorgap.records import read_metadata, read_table
-from floorgap.probes.rollouts import forward_rows, sample_block
+from floorgap.probes.rollouts import forward_plan, sample_block
 from floorgap.sampling import SamplingLaw
 from floorgap.seeds import derive_seed
 
@@ -154,11 +154,7 @@ def conditioned_logprobs(model: Any, context_ids: list[int], prefixes: torch.Ten
         return {}
     if min(starts) < 1:
         raise ValueError("every start must reveal after at least one prefix token")
-    chunk = forward_batch if chunk_paths is None else chunk_paths
-    if not 1 <= chunk <= forward_batch:
-        raise ValueError(f"chunk_paths must lie in [1, forward_batch={forward_batch}]")
-    forward_batch = forward_rows(forward_batch, prefixes.shape[0])
-    chunk = min(chunk, forward_batch)
+    forward_batch, chunk = forward_plan(forward_batch, chunk_paths, prefixes.shape[0])
     device = next(model.parameters()).device
     n_rows = prefixes.shape[0]
     prefixes = prefixes.to(device)

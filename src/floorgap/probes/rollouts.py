@@ -42,6 +42,17 @@ def forward_rows(forward_batch: int, n_paths: int) -> int:
     return max(1, min(int(forward_batch), int(n_paths)))
 
 
+def forward_plan(forward_batch: int, chunk_paths: int | None, n_paths: int) -> tuple[int, int]:
+    """(rows of every forward, real paths per forward) for a pass over ``n_paths`` paths:
+    ``chunk_paths`` (default ``forward_batch``) must lie in [1, forward_batch]; both are then
+    capped by :func:`forward_rows`."""
+    chunk = forward_batch if chunk_paths is None else chunk_paths
+    if not 1 <= chunk <= forward_batch:
+        raise ValueError(f"chunk_paths must lie in [1, forward_batch={forward_batch}]")
+    rows = forward_rows(forward_batch, n_paths)
+    return rows, min(chunk, rows)
+
+
 @dataclass(frozen=True)
 class SampledBlock:
     """M target paths at one anchor.
@@ -82,11 +93,7 @@ def sample_block(model: Any, context_ids: list[int], *, n_paths: int, gamma: int
     """
     if n_paths < 1 or gamma < 1:
         raise ValueError("n_paths and gamma must be positive")
-    chunk = forward_batch if chunk_paths is None else chunk_paths
-    if not 1 <= chunk <= forward_batch:
-        raise ValueError(f"chunk_paths must lie in [1, forward_batch={forward_batch}]")
-    forward_batch = forward_rows(forward_batch, n_paths)
-    chunk = min(chunk, forward_batch)
+    forward_batch, chunk = forward_plan(forward_batch, chunk_paths, n_paths)
     if not 0 <= reveal_paths <= min(chunk, n_paths):
         # The revealed tokens come from the first chunk's paths, known before any later chunk.
         raise ValueError("reveal_paths must lie in [0, min(chunk_paths, n_paths)]")
