@@ -69,3 +69,60 @@ def test_replay_equals_the_evaluation_probe_route(smoke_target, kind: str) -> No
             assert r.q_tok[j] == pytest.approx(float(q[j, path[j]]), rel=1e-4, abs=1e-9)
             tv = 0.5 * float((p[j] - q[j]).abs().sum())
             assert r.tv[j] == pytest.approx(tv, rel=1e-4, abs=1e-6)
+
+
+def test_a_request_served_again_unchanged_is_replayed_once(smoke_target) -> None:
+    from types import SimpleNamespace
+
+    from floorgap.models.drafter_training import drafter_config
+    from floorgap.models.drafters import build_drafter
+    from floorgap.models.targets import load_target
+    from floorgap.probes.serving_replay import replay_requests
+
+    cfg, _, model_dir, _ = smoke_target
+    model, _ = load_target(model_dir)
+    gamma = int(cfg["anchors"]["gamma"])
+    torch.manual_seed(3)
+    dc = drafter_config({"kind": "dflash", "layers": 1}, cfg["drafters"]["taps"], gamma,
+                        model.config)
+    drafter = build_drafter(dc, model).eval()
+    g = torch.Generator().manual_seed(4)
+    prompts = {"a": torch.randint(5, 200, (5,), generator=g).tolist(),
+               "b": torch.randint(5, 200, (8,), generator=g).tolist()}
+    y = torch.randint(5, 200, (12,), generator=g).tolist()
+
+    def served(row, temperature, concurrency, steps):
+        return SimpleNamespace(task="t", row_id=row, temperature=temperature,
+                               concurrency=concurrency, token_ids=y, step_accepted=steps)
+
+    requests = [served("a", 0.0, 1, [2, 3, 4]),
+                served("a", 0.0, 2, [2, 3, 4]),     # the same completion and rounds again
+                served("a", 0.0, 4, [1, 1, 1, 1, 2]),  # the same completion, other rounds
+                served("b", 0.0, 1, [2, 3, 4])]     # another prompt
+    calls = []
+    rounds, distinct = replay_requests(model, drafter, requests, prompts, target_name="t",
+                                       system="dflash", on_request=calls.append)
+    assert distinct == 3 and calls == [1, 1, 1, 1]
+    by = {}
+    for r in rounds:
+        by.setdefault((r.row_id, r.concurrency), []).append(r)
+    again, first = by[("a", 2)], by[("a", 1)]
+    assert _same(again, first) and {r.concurrency for r in again} == {2}
+    # each replayed request equals its own replay
+    for q in requests:
+        labels = {"target": "t", "system": "dflash", "task": "t", "row_id": q.row_id,
+                  "temperature": q.temperature, "concurrency": q.concurrency}
+        own = replay_request(model, drafter, prompts[q.row_id], y, q.step_accepted,
+                             temperature=q.temperature, labels=labels)
+        assert _same(own, by[(q.row_id, q.concurrency)])
+    with pytest.raises(StageError, match="not among the serving rows"):
+        replay_requests(model, drafter, [served("c", 0.0, 1, [2, 3, 4])], prompts,
+                        target_name="t", system="dflash")
+
+
+def _same(a, b) -> bool:
+    """Rounds equal field by field, NaN equal to NaN (slots past the completion)."""
+    def key(r):
+        return [x if not (isinstance(x, float) and math.isnan(x)) else "nan"
+                for x in (r.round, r.start, r.accepted, r.complete, *r.p_tok, *r.q_tok, *r.tv)]
+    return len(a) == len(b) and all(key(x) == key(y) for x, y in zip(a, b))

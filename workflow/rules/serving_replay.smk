@@ -17,7 +17,8 @@ rule serving_replay:
         spec=lambda w: as_json(W.serving_replay_spec(w.target, w.system)),
     log:
         f"{LOGS}/serving_replay/{{target}}/{{system}}.log",
-    threads: 1
+    # it waits for the served requests, so on a small machine it runs last and alone
+    threads: 2
     resources:
         mem_mb=8000,
         runtime=60,

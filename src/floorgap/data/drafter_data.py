@@ -7,8 +7,9 @@ selection order, skipping the prompts of that domain's evaluation corpus (the id
 prompt. The target answers each prompt under the training data's ``law`` (by default the
 evaluation law, so that training contexts are distributed like the floor paths) with the corpus
 stage's per-prompt keyed sampler (:func:`floorgap.data.corpus.generate_batch`), ``batch_size``
-prompts at a time; the response seed is ``derive_seed(seed, "drafter-data", prompt_id)``,
-distinct from the evaluation seed of the same prompt.
+prompts at a time, the batches filled across domains; the response seed is
+``derive_seed(seed, "drafter-data", prompt_id)``, distinct from the evaluation seed of the same
+prompt.
 
 Targets. One teacher-forced forward over ``prompt + response`` gives, at every response
 position, the target's next-token distribution under the *evaluation* law (the law the risks
@@ -94,9 +95,11 @@ def position_targets(model: Any, sequence: Sequence[int], prompt_len: int, law: 
     output of decoder layer t, as :func:`floorgap.models.drafters.target_features` reads it)."""
     device = next(model.parameters()).device
     ids = torch.tensor([list(sequence)], dtype=torch.long, device=device)
+    # the output head runs on the rows read: positions prompt_len - 1 .. len - 1 (the last unused)
     out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False,
-                output_hidden_states=features is not None)
-    probs = law.probs(out.logits[0, prompt_len - 1:len(sequence) - 1])  # float64 [n, V]
+                output_hidden_states=features is not None,
+                logits_to_keep=len(sequence) - prompt_len + 1)
+    probs = law.probs(out.logits[0, :-1])                                 # float64 [n, V]
     vals, idx = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     feats = None
     if features is not None:
@@ -236,15 +239,15 @@ def _training_prompts(dom: Mapping[str, Any], st: _Settings, excluded: Mapping[s
 
 
 def _responses(model: Any, prompts: list[Any], formatted: Mapping[str, list[int]],
-               st: _Settings, name: str, record: _Record) -> tuple[dict[int, list[int]], int]:
+               st: _Settings, record: _Record) -> tuple[dict[int, list[int]], set[int]]:
     """The target's response to each prompt under the training data's law (batched, shortest
-    first), by prompt index, and the number cut at ``max_new_tokens``."""
+    first), by prompt index, and the indices cut at ``max_new_tokens``."""
     from floorgap.data.corpus import generate_batch
 
     order = sorted(range(len(prompts)), key=lambda i: (len(formatted[prompts[i].prompt_id]), i))
     responses: dict[int, list[int]] = {}
-    n_censored = 0
-    with progress(total=len(prompts), desc=f"drafter data {name}", unit="prompt") as bar:
+    censored: set[int] = set()
+    with progress(total=len(prompts), desc="drafter data responses", unit="prompt") as bar:
         for idx in iter_batches(order, st.batch_size):
             timer = Timer()
             # only the contexts are drawn in mixed precision: the stored targets come from a
@@ -257,9 +260,10 @@ def _responses(model: Any, prompts: list[Any], formatted: Mapping[str, list[int]
             record.gen_seconds += timer.seconds
             for i, r in zip(idx, out):
                 responses[i] = r.token_ids
-                n_censored += r.censored
+                if r.censored:
+                    censored.add(i)
             bar.update(len(idx))
-    return responses, n_censored
+    return responses, censored
 
 
 def _add_targets(model: Any, prompts: list[Any], formatted: Mapping[str, list[int]],
@@ -318,10 +322,17 @@ def build_drafter_data(spec: Mapping[str, Any], model: Any, tokenizer: Any,
     record = _Record()
     counts: dict[str, Any] = {}
     formatted: dict[str, list[int]] = {}  # prompt id (domain-prefixed) -> formatted prompt ids
-    for dom in spec["domains"]:
-        name = dom["name"]
-        prompts, sel = _training_prompts(dom, st, excluded, tokenizer, formatted)
-        responses, n_censored = _responses(model, prompts, formatted, st, name, record)
+    chosen = [(dom["name"], *_training_prompts(dom, st, excluded, tokenizer, formatted))
+              for dom in spec["domains"]]
+    # one generation over every domain's prompts, so batches fill across domains (a response's
+    # draws are keyed by its prompt id: the batching changes it only through float noise)
+    everything = [p for _, prompts, _ in chosen for p in prompts]
+    all_responses, all_censored = _responses(model, everything, formatted, st, record)
+    first = 0
+    for name, prompts, sel in chosen:
+        responses = {i: all_responses[first + i] for i in range(len(prompts))}
+        n_censored = sum(first + i in all_censored for i in range(len(prompts)))
+        first += len(prompts)
         n_blocks, n_short = _add_targets(model, prompts, formatted, responses, st, name, record)
         counts[name] = {**sel.summary(), "responses": len(prompts), "censored": n_censored,
                         "too_short": n_short, "blocks": n_blocks,

@@ -801,3 +801,17 @@ def target_features(target_model: nn.Module, input_ids: Tensor, attention_mask: 
                   output_hidden_states=True, use_cache=False)
     hs = out.hidden_states
     return torch.cat([hs[t + 1] for t in taps], dim=-1)
+
+
+@torch.no_grad()
+def target_features_and_logits(target_model: nn.Module, input_ids: Tensor, taps: list[int],
+                               logits_to_keep: int) -> tuple[Tensor, Tensor]:
+    """One forward of an unpadded batch ``input_ids`` [B, T] for both of a replay's needs:
+    the features at ``taps`` for every position [B, T, n_taps * H] (as
+    :func:`target_features` reads them) and the logits of the last ``logits_to_keep``
+    positions [B, logits_to_keep, V]. The output head, the costly part of a long prompt's
+    forward, runs only on the positions kept."""
+    out = target_model(input_ids=input_ids, output_hidden_states=True, use_cache=False,
+                       logits_to_keep=int(logits_to_keep))
+    hs = out.hidden_states
+    return torch.cat([hs[t + 1] for t in taps], dim=-1), out.logits

@@ -139,7 +139,7 @@ def target_path_probs(model: Any, context_ids: list[int], tokens: Tensor, *, law
     n_paths, gamma = tokens.shape
     forward_batch = forward_rows(forward_batch, n_paths)
     ctx = torch.tensor([context_ids], dtype=torch.long, device=device)
-    out = model(input_ids=ctx, use_cache=True)
+    out = model(input_ids=ctx, use_cache=True, logits_to_keep=1)   # head on the last row only
     p0 = law.probs(out.logits[:, -1, :])                       # [1, V]
     vocab = p0.shape[-1]
     probs = torch.empty((gamma, n_paths, vocab), dtype=torch.float64, device=device)

@@ -160,7 +160,7 @@ def conditioned_logprobs(model: Any, context_ids: list[int], prefixes: torch.Ten
     prefixes = prefixes.to(device)
     z_star = z_star.to(device)
     ctx = torch.tensor([context_ids], dtype=torch.long, device=device)
-    prefix_cache = model(input_ids=ctx, use_cache=True).cache
+    prefix_cache = model(input_ids=ctx, use_cache=True, logits_to_keep=1).cache
     out = {j: torch.empty((n_rows, last - j + 1), dtype=torch.float64)
            for j, last in starts.items()}
     for lo in range(0, n_rows, chunk):

@@ -100,7 +100,8 @@ def sample_block(model: Any, context_ids: list[int], *, n_paths: int, gamma: int
     start_time = time.perf_counter()
     device = next(model.parameters()).device
     ctx = torch.tensor([context_ids], dtype=torch.long, device=device)
-    out = model(input_ids=ctx, use_cache=True)
+    # the output head runs on the last position only: the context's other rows are never read
+    out = model(input_ids=ctx, use_cache=True, logits_to_keep=1)
     prefix_cache = out.cache
     p0 = law.probs(out.logits[:, -1, :]).float()  # [1, V]: every path shares slot 0's distribution
     vocab = p0.shape[-1]

@@ -35,8 +35,9 @@ biases nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +47,8 @@ from floorgap.errors import StageError
 from floorgap.estimators.barycentre import tv_distance
 from floorgap.sampling import SamplingLaw
 
-__all__ = ["ReplayRound", "replay_request", "request_lossless_terms", "round_starts"]
+__all__ = ["ReplayRound", "replay_request", "replay_requests", "request_lossless_terms",
+           "round_starts"]
 
 
 @dataclass
@@ -97,7 +99,7 @@ def replay_request(target: Any, drafter: Any, prompt_ids: Sequence[int],
     """The rounds of one served request (module docstring). ``labels``: target, system, task,
     row_id, temperature, concurrency of the request; ``draft_sampling``: how the engine drafted
     at temperature > 0 (``greedy``: the one-hot proposal at argmax q)."""
-    from floorgap.models.drafters import target_features
+    from floorgap.models.drafters import target_features_and_logits
 
     if drafter.cfg.kind not in ("dflash", "dspark"):
         raise StageError(f"a {drafter.cfg.kind} drafter has no engine module to have been "
@@ -110,17 +112,17 @@ def replay_request(target: Any, drafter: Any, prompt_ids: Sequence[int],
     device = next(target.parameters()).device
     seq = torch.tensor([list(prompt_ids) + y], dtype=torch.long, device=device)
     n_prompt = len(prompt_ids)
-    logits = target(input_ids=seq).logits[0].double()                     # [P + N, V]
-    feats = target_features(target, seq[:, :-1], torch.ones_like(seq[:, :-1]),
-                            list(drafter.cfg.taps))                         # [1, P + N - 1, F]
+    # one forward; logits row i is the target's law after prompt + y[:i] (rows for the
+    # prompt's own positions are never read, so the output head skips them)
+    feats, logits = target_features_and_logits(target, seq, list(drafter.cfg.taps), len(y) + 1)
+    feats, logits = feats[:, :-1], logits[0].double()                       # [1, P+N-1, F], [N+1, V]
     greedy = temperature <= 0
     law = None if greedy else SamplingLaw(temperature=float(temperature))
     q_logits = _round_proposals(drafter, feats, y, starts, n_prompt, gamma)  # [R, G, V]
     rounds = []
     for r, (n, a) in enumerate(zip(starts, step_accepted)):
-        ctx_len = n_prompt + n - 1
         avail = min(gamma, len(y) - n)          # slots whose token lies inside the completion
-        p_rows = logits[ctx_len:ctx_len + avail]  # p_j predicts y[n + j]
+        p_rows = logits[n:n + avail]            # p_j predicts y[n + j]
         toks = torch.tensor(y[n:n + avail], device=device)
         q_arg = q_logits[r, :avail].argmax(-1)
         score = var = math.nan
@@ -131,7 +133,7 @@ def replay_request(target: Any, drafter: Any, prompt_ids: Sequence[int],
             tv = 1.0 - (p_arg == q_arg).double()
         else:
             # one warp for the slots' rows and the rows of the tokens the round returned
-            p_all = law.probs(logits[ctx_len:ctx_len + max(avail, a + 1)])
+            p_all = law.probs(logits[n:n + max(avail, a + 1)])
             p = p_all[:avail]
             p_tok = p.gather(-1, toks[:, None])[:, 0]
             if draft_sampling == "greedy":
@@ -148,6 +150,40 @@ def replay_request(target: Any, drafter: Any, prompt_ids: Sequence[int],
             p_tok=p_tok.cpu().tolist() + pad, q_tok=q_tok.cpu().tolist() + pad,
             tv=tv.cpu().tolist() + pad, lossless_score=score, lossless_var=var))
     return rounds
+
+
+def replay_requests(target: Any, drafter: Any, requests: Iterable[Any],
+                    prompts: Mapping[str, Sequence[int]], *, target_name: str, system: str,
+                    draft_sampling: str = "probabilistic",
+                    on_request: Callable[[int], Any] | None = None
+                    ) -> tuple[list[ReplayRound], int]:
+    """The rounds of every served request (rows with ``task``, ``row_id``, ``temperature``,
+    ``concurrency``, ``token_ids``, ``step_accepted``; ``prompts`` maps a row id to its prompt
+    ids) and how many distinct requests were replayed. A request served again with the same
+    completion and rounds (a greedy row at each concurrency) replays to the same numbers, so it
+    is replayed once and its rounds relabelled."""
+    rounds: list[ReplayRound] = []
+    replayed: dict[tuple[Any, ...], list[ReplayRound]] = {}
+    for r in requests:
+        row_id = str(r.row_id)
+        if row_id not in prompts:
+            raise StageError(f"served row {row_id} is not among the serving rows: the requests "
+                             "were served for other rows; rerun the serving stage")
+        labels = {"target": target_name, "system": system, "task": r.task, "row_id": row_id,
+                  "temperature": float(r.temperature), "concurrency": int(r.concurrency)}
+        key = (row_id, float(r.temperature), tuple(int(t) for t in r.token_ids),
+               tuple(int(a) for a in r.step_accepted))
+        if key in replayed:
+            rounds += [dataclasses.replace(x, **labels) for x in replayed[key]]
+        else:
+            replayed[key] = replay_request(target, drafter, prompts[row_id], list(r.token_ids),
+                                           list(r.step_accepted),
+                                           temperature=float(r.temperature), labels=labels,
+                                           draft_sampling=draft_sampling)
+            rounds += replayed[key]
+        if on_request is not None:
+            on_request(1)
+    return rounds, len(replayed)
 
 
 def _round_proposals(drafter: Any, feats: Any, y: list[int], starts: list[int], n_prompt: int,
@@ -192,7 +228,7 @@ def request_lossless_terms(target: Any, prompt_ids: Sequence[int],
     device = next(target.parameters()).device
     y = [int(t) for t in completion_ids]
     seq = torch.tensor([list(prompt_ids) + y], dtype=torch.long, device=device)
-    logits = target(input_ids=seq).logits[0].double()
+    # the rows after the prompt only: row i is the law after prompt + y[:i]
+    logits = target(input_ids=seq, logits_to_keep=len(y) + 1).logits[0].double()
     law = SamplingLaw(temperature=float(temperature))
-    n_prompt = len(prompt_ids)
-    return _lossless_terms(law.probs(logits[n_prompt - 1:n_prompt - 1 + len(y)]), y)
+    return _lossless_terms(law.probs(logits[:len(y)]), y)

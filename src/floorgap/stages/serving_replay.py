@@ -37,7 +37,7 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     from floorgap.errors import StageError
     from floorgap.models.targets import load_target
     from floorgap.probes.drafter_eval import load_drafters
-    from floorgap.probes.serving_replay import ReplayRound, replay_request
+    from floorgap.probes.serving_replay import ReplayRound, replay_requests
     from floorgap.progress import progress
     from floorgap.records import read_metadata, read_table, write_table
 
@@ -64,20 +64,12 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     meta["draft_sampling"] = draft_sampling
     model, _ = load_target(args.model_dir, target["dtype"], target["device"])
     drafter = load_drafters([args.drafter_dir], model, gamma)[0]
-    rounds: list[ReplayRound] = []
     with progress(total=len(requests), desc=f"replay {system['name']}", unit="request") as bar:
-        for r in requests.itertuples():
-            if str(r.row_id) not in prompts:
-                raise StageError(f"{args.requests}: row {r.row_id} is not in {args.rows}")
-            labels = {"target": target["name"], "system": system["name"], "task": r.task,
-                      "row_id": str(r.row_id), "temperature": float(r.temperature),
-                      "concurrency": int(r.concurrency)}
-            rounds += replay_request(model, drafter, prompts[str(r.row_id)], list(r.token_ids),
-                                     list(r.step_accepted), temperature=float(r.temperature),
-                                     labels=labels, draft_sampling=draft_sampling)
-            bar.update(1)
+        rounds, distinct = replay_requests(
+            model, drafter, requests.itertuples(), prompts, target_name=target["name"],
+            system=system["name"], draft_sampling=draft_sampling, on_request=bar.update)
     table = pd.DataFrame([asdict(x) for x in rounds])
     write_table(args.out, table, meta)
     done = table[table["complete"]]
-    logger.info("replayed %d rounds of %d requests (%d complete)", len(table), len(requests),
-                len(done))
+    logger.info("replayed %d rounds of %d requests (%d complete; %d distinct requests replayed)",
+                len(table), len(requests), len(done), distinct)
