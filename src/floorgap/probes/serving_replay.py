@@ -115,7 +115,7 @@ def replay_request(target: Any, drafter: Any, prompt_ids: Sequence[int],
     # one forward; logits row i is the target's law after prompt + y[:i] (rows for the
     # prompt's own positions are never read, so the output head skips them)
     feats, logits = target_features_and_logits(target, seq, list(drafter.cfg.taps), len(y) + 1)
-    feats, logits = feats[:, :-1], logits[0].double()                       # [1, P+N-1, F], [N+1, V]
+    feats, logits = feats[:, :-1], logits[0].double()           # [1, P + N - 1, F], [N + 1, V]
     greedy = temperature <= 0
     law = None if greedy else SamplingLaw(temperature=float(temperature))
     q_logits = _round_proposals(drafter, feats, y, starts, n_prompt, gamma)  # [R, G, V]
