@@ -15,6 +15,7 @@ from floorgap.models.drafters import (
     even_taps,
     proposal_probs,
     target_features,
+    target_features_and_logits,
 )
 
 transformers = pytest.importorskip("transformers")
@@ -80,6 +81,34 @@ def test_target_features_shape_and_padding(target, batch):
     padded_ids = torch.cat([torch.zeros(1, 2, dtype=torch.long), ids], 1)
     padded = target_features(target, padded_ids, torch.tensor([[0, 0, 1, 1, 1, 1]]), [1])
     torch.testing.assert_close(padded[:, 2:], plain, atol=1e-5, rtol=1e-4)
+
+
+class _LaterLayersAtKeptPositions(torch.nn.Module):
+    """A target that, like Gemma 4's KV-shared layers, returns its hidden states after layer 0
+    only at the positions whose logits are kept."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, input_ids, logits_to_keep=0, **kw):
+        out = self.inner(input_ids=input_ids, logits_to_keep=logits_to_keep, **kw)
+        if logits_to_keep:
+            out.hidden_states = out.hidden_states[:2] + tuple(
+                h[:, -logits_to_keep:] for h in out.hidden_states[2:])
+        return out
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_one_forward_gives_the_features_and_the_kept_logits(target, wrapped):
+    ids = torch.randint(0, V - 1, (1, T), generator=torch.Generator().manual_seed(5))
+    model = _LaterLayersAtKeptPositions(target) if wrapped else target
+    feats, logits = target_features_and_logits(model, ids, [0, 1], 3)
+    torch.testing.assert_close(feats, target_features(target, ids, torch.ones_like(ids), [0, 1]),
+                               atol=1e-5, rtol=1e-4)
+    assert logits.shape == (1, 3, V)
+    torch.testing.assert_close(logits, target(input_ids=ids).logits[:, -3:], atol=1e-5,
+                               rtol=1e-4)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -93,18 +93,20 @@ def position_targets(model: Any, sequence: Sequence[int], prompt_len: int, law: 
     Returns ids int32 [n, K], probabilities float32 [n, K] (descending) and, with ``features``,
     the concatenated hidden states at its taps for every token [len, n_taps * H] (tap t is the
     output of decoder layer t, as :func:`floorgap.models.drafters.target_features` reads it)."""
+    from floorgap.models.drafters import target_features_and_logits
+
     device = next(model.parameters()).device
     ids = torch.tensor([list(sequence)], dtype=torch.long, device=device)
     # the output head runs on the rows read: positions prompt_len - 1 .. len - 1 (the last unused)
-    out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False,
-                output_hidden_states=features is not None,
-                logits_to_keep=len(sequence) - prompt_len + 1)
-    probs = law.probs(out.logits[0, :-1])                                 # float64 [n, V]
-    vals, idx = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+    keep = len(sequence) - prompt_len + 1
     feats = None
-    if features is not None:
-        feats = torch.cat([out.hidden_states[t + 1][0] for t in features.taps], -1)
-        feats = feats.to("cpu", getattr(torch, features.dtype))
+    if features is None:
+        logits = model(input_ids=ids, use_cache=False, logits_to_keep=keep).logits
+    else:
+        feats, logits = target_features_and_logits(model, ids, list(features.taps), keep)
+        feats = feats[0].to("cpu", getattr(torch, features.dtype))
+    probs = law.probs(logits[0, :-1])                                     # float64 [n, V]
+    vals, idx = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     return idx.to("cpu", torch.int32), vals.to("cpu", torch.float32), feats
 
 

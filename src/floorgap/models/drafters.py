@@ -810,8 +810,15 @@ def target_features_and_logits(target_model: nn.Module, input_ids: Tensor, taps:
     the features at ``taps`` for every position [B, T, n_taps * H] (as
     :func:`target_features` reads them) and the logits of the last ``logits_to_keep``
     positions [B, logits_to_keep, V]. The output head, the costly part of a long prompt's
-    forward, runs only on the positions kept."""
+    forward, runs only on the positions kept (all of them on a model that would otherwise skip
+    layers at the other positions)."""
+    keep = int(logits_to_keep)
     out = target_model(input_ids=input_ids, output_hidden_states=True, use_cache=False,
-                       logits_to_keep=int(logits_to_keep))
-    hs = out.hidden_states
-    return torch.cat([hs[t + 1] for t in taps], dim=-1), out.logits
+                       logits_to_keep=keep)
+    hs, logits = out.hidden_states, out.logits
+    if any(hs[t + 1].shape[1] != input_ids.shape[1] for t in taps):
+        # a model whose later layers run only at the kept positions (Gemma 4's KV-shared
+        # layers) has no features there: run every position through every layer
+        out = target_model(input_ids=input_ids, output_hidden_states=True, use_cache=False)
+        hs, logits = out.hidden_states, out.logits[:, -keep:]
+    return torch.cat([hs[t + 1] for t in taps], dim=-1), logits
