@@ -241,14 +241,14 @@ def _training_prompts(dom: Mapping[str, Any], st: _Settings, excluded: Mapping[s
 
 
 def _responses(model: Any, prompts: list[Any], formatted: Mapping[str, list[int]],
-               st: _Settings, record: _Record) -> tuple[dict[int, list[int]], set[int]]:
+               st: _Settings, record: _Record) -> list[Any]:
     """The target's response to each prompt under the training data's law (batched, shortest
-    first), by prompt index, and the indices cut at ``max_new_tokens``."""
+    first), in the prompts' order (:class:`floorgap.data.corpus.Response`: tokens, and whether
+    ``max_new_tokens`` cut it)."""
     from floorgap.data.corpus import generate_batch
 
     order = sorted(range(len(prompts)), key=lambda i: (len(formatted[prompts[i].prompt_id]), i))
-    responses: dict[int, list[int]] = {}
-    censored: set[int] = set()
+    responses: list[Any] = [None] * len(prompts)
     with progress(total=len(prompts), desc="drafter data responses", unit="prompt") as bar:
         for idx in iter_batches(order, st.batch_size):
             timer = Timer()
@@ -261,15 +261,13 @@ def _responses(model: Any, prompts: list[Any], formatted: Mapping[str, list[int]
                                      eos_ids=st.eos_ids, pad_id=st.pad_id)
             record.gen_seconds += timer.seconds
             for i, r in zip(idx, out):
-                responses[i] = r.token_ids
-                if r.censored:
-                    censored.add(i)
+                responses[i] = r
             bar.update(len(idx))
-    return responses, censored
+    return responses
 
 
 def _add_targets(model: Any, prompts: list[Any], formatted: Mapping[str, list[int]],
-                 responses: Mapping[int, list[int]], st: _Settings, name: str, record: _Record
+                 responses: Sequence[list[int]], st: _Settings, name: str, record: _Record
                  ) -> tuple[int, int]:
     """Add each response with its per-position top-K targets to ``record``. Returns (blocks,
     responses shorter than gamma, which give none and are left out)."""
@@ -329,16 +327,16 @@ def build_drafter_data(spec: Mapping[str, Any], model: Any, tokenizer: Any,
     # one generation over every domain's prompts, so batches fill across domains (a response's
     # draws are keyed by its prompt id: the batching changes it only through float noise)
     everything = [p for _, prompts, _ in chosen for p in prompts]
-    all_responses, all_censored = _responses(model, everything, formatted, st, record)
+    generated = _responses(model, everything, formatted, st, record)
     first = 0
     for name, prompts, sel in chosen:
-        responses = {i: all_responses[first + i] for i in range(len(prompts))}
-        n_censored = sum(first + i in all_censored for i in range(len(prompts)))
-        first += len(prompts)
+        mine, first = generated[first:first + len(prompts)], first + len(prompts)
+        responses = [r.token_ids for r in mine]
+        n_censored = sum(r.censored for r in mine)
         n_blocks, n_short = _add_targets(model, prompts, formatted, responses, st, name, record)
         counts[name] = {**sel.summary(), "responses": len(prompts), "censored": n_censored,
                         "too_short": n_short, "blocks": n_blocks,
-                        "response_tokens": sum(len(r) for r in responses.values())}
+                        "response_tokens": sum(len(r) for r in responses)}
         log.info("%s: %d training prompts (%d evaluation ids excluded), %d blocks, %d responses "
                  "shorter than gamma, %d censored", name, len(prompts), sel.excluded, n_blocks,
                  n_short, n_censored)

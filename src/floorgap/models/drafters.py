@@ -806,8 +806,8 @@ def target_features(target_model: nn.Module, input_ids: Tensor, attention_mask: 
 @torch.no_grad()
 def target_features_and_logits(target_model: nn.Module, input_ids: Tensor, taps: list[int],
                                logits_to_keep: int) -> tuple[Tensor, Tensor]:
-    """One forward of an unpadded batch ``input_ids`` [B, T] for both of a replay's needs:
-    the features at ``taps`` for every position [B, T, n_taps * H] (as
+    """One forward of an unpadded batch ``input_ids`` [B, T] for a drafter's inputs and the
+    target's own laws (training data, replay): the features at ``taps`` for every position [B, T, n_taps * H] (as
     :func:`target_features` reads them) and the logits of the last ``logits_to_keep``
     positions [B, logits_to_keep, V]. The output head, the costly part of a long prompt's
     forward, runs only on the positions kept (all of them on a model that would otherwise skip
