@@ -45,15 +45,22 @@ def rename_drafters(cfg: dict, names: dict[str, str]) -> dict:
 def test_evaluation_groups_and_labels() -> None:
     cfg = default()
     spec = resolve(cfg)
-    assert spec.eval_groups["summary"] == [Evaluation(v, "final") for v in cfg["drafters"]["variants"]]
+    # the drafters and, beside them, the lookup tables
+    assert spec.eval_groups["summary"] == [Evaluation(v, "final") for v in
+                                           [*cfg["drafters"]["variants"], *cfg["drafters"]["lookups"]]]
     epochs = cfg["drafters"]["train"]["epochs"]
-    # every epoch but the last (the final weights) of each trajectory variant
+    # every epoch of each trajectory variant (its final weights are the best held-out one)
     assert [e.label for e in spec.eval_groups["trajectory"]] == [
-        f"ours@epoch-{e}" for e in range(1, epochs)]
+        f"ours@epoch-{e}" for e in range(1, epochs + 1)]
     assert [e.variant for e in spec.eval_groups["components"]] == list(
         cfg["drafters"]["components"]["arms"])
-    assert spec.summary_evaluations("trajectory")[-1] == Evaluation("ours", "final")
-    assert spec.gaps_spec("trajectory")["labels"] == {"ours": f"ours@epoch-{epochs}"}
+    assert spec.summary_evaluations("trajectory") == spec.eval_groups["trajectory"]
+    assert "labels" not in spec.gaps_spec("trajectory")
+    # the budget study: every epoch of its variants, the kept weights of its arms
+    budget = cfg["drafters"]["budget"]
+    assert [e.label for e in spec.eval_groups["budget"]] == [
+        f"{v}@epoch-{e}" for v in budget["variants"] for e in range(1, epochs + 1)] + list(
+        budget["arms"])
 
 
 def test_component_arms_share_one_seed_key_and_epochs() -> None:
@@ -67,7 +74,11 @@ def test_component_arms_share_one_seed_key_and_epochs() -> None:
 
 def test_contrasts_come_from_the_roles() -> None:
     spec = resolve(default())
-    assert spec.gaps_spec("summary")["contrasts"] == [["ours", "dspark"]]
+    # ours against the order-1 baseline, then each drafter against the tables of its order
+    assert spec.gaps_spec("summary")["contrasts"] == [
+        ["ours", "dspark"], ["dflash", "unigram"], ["dflash", "bigram_committed"],
+        ["dspark", "bigram"], ["ours", "bigram"]]
+    assert spec.gaps_spec("summary")["lookups"] == ["unigram", "bigram_committed", "bigram"]
     base = default()["drafters"]["components"]["baseline"]
     assert spec.gaps_spec("components")["contrasts"] == [[a, base] for a in spec.arms if a != base]
 
@@ -76,7 +87,8 @@ def test_renamed_variants_carry_through_every_spec() -> None:
     names = {"dflash": "blockwise", "dspark": "markov", "ours": "prefix-head"}
     spec = resolve(rename_drafters(smoke(), names))
     assert spec.roles == {"order0": "blockwise", "order1": "markov", "ours": "prefix-head"}
-    assert spec.gaps_spec("summary")["contrasts"] == [["prefix-head", "markov"]]
+    assert spec.gaps_spec("summary")["contrasts"][0] == ["prefix-head", "markov"]
+    assert ["blockwise", "bigram_committed"] in spec.gaps_spec("summary")["contrasts"]
     assert spec.report_spec("gaps", "table")["roles"] == spec.roles
     text = json.dumps([spec.drafter_eval_spec("tiny-random", 0, g) for g in spec.eval_jobs])
     for old in names:
@@ -220,8 +232,8 @@ def test_a_cross_target_target_runs_only_what_fig5_reads() -> None:
     assert [e.variant for e in spec.summary_evaluations("summary", t)] == roles
     assert spec.summary_evaluations("trajectory", t) == []
     assert spec.gaps_spec("summary", t)["contrasts"] == []
-    assert spec.gaps_spec("summary", spec.primary)["contrasts"] == [
-        [spec.roles["ours"], spec.roles["order1"]]]
+    assert spec.gaps_spec("summary", spec.primary)["contrasts"][0] == [
+        spec.roles["ours"], spec.roles["order1"]]
     assert spec.decomposition_files(t) == []
     # the model entry every stage receives leaves the workflow keys out
     assert "scope" not in spec.target(t) and "settings" not in spec.target(t)
@@ -244,8 +256,10 @@ def test_per_target_settings_reach_that_targets_specs_only() -> None:
     data = spec.drafter_data_spec(t)
     assert data["training_data"]["prompts_per_domain"] == \
         own["drafters"]["training_data"]["prompts_per_domain"]
-    assert spec.drafters_spec(t, "dflash")["variant"]["init"] == "random"
-    assert spec.drafters_spec(spec.primary, "dflash")["variant"]["init"] == "target"
+    assert spec.drafters_spec(t, "dflash")["variant"]["vocab"] == 8192
+    assert "training_data" in own["drafters"]   # the second target's own (smaller) data
+    assert spec.drafter_data_spec(spec.primary)["training_data"]["prompts_per_domain"] == \
+        cfg["drafters"]["training_data"]["prompts_per_domain"]
     # the primary's specs are those of a config without the second target
     alone = copy.deepcopy(cfg)
     del alone["targets"][t]

@@ -89,7 +89,8 @@ def test_checkpoint_baselines_resolve() -> None:
     # an import reads no training settings: changing them reruns no import
     assert set(spec.drafters_spec("tiny-random", "dflash")) == {"target", "variant", "gamma"}
     assert "train" in spec.drafters_spec("tiny-random", "ours")
-    assert spec.eval_groups["summary"] == [Evaluation(v, "final") for v in spec.variants]
+    assert spec.eval_groups["summary"] == [Evaluation(v, "final")
+                                           for v in spec.variants + spec.lookups]
 
 
 @pytest.mark.parametrize(("mutate", "needle"), [

@@ -36,6 +36,10 @@ COMPONENTS_SEED_KEY = "components"
 #: The drafter kind each engine format holds; speculators folders hold either (the entry must
 #: then name its ``kind``).
 FORMAT_KINDS = {"dflash": "dflash", "dspark": "dspark"}
+# The conditioning order of every proposal kind (drafters and lookup tables): 0 reads X only,
+# 1 also the predecessor z_{k-1}
+KIND_ORDER = {"dflash": 0, "dspark": 1, "prefix_attention": 1,
+              "unigram": 0, "bigram_committed": 0, "bigram": 1}
 #: The keys a checkpoint entry may carry: the architecture and weights come from the folder.
 CHECKPOINT_KEYS = frozenset({"name", "kind", "layers", "checkpoint"})
 #: Names of drafters (config keys, results folders): the schema's pattern.
@@ -153,6 +157,7 @@ class WorkflowSpec:
     budget_arms: list[str] = field(init=False)
     budget_variants: list[str] = field(init=False)
     roles: dict[str, str] = field(init=False)
+    lookups: list[str] = field(init=False)
     decompose: list[str] = field(init=False)
     eval_groups: dict[str, list[Evaluation]] = field(init=False)
     eval_jobs: dict[str, list[Evaluation]] = field(init=False)
@@ -170,19 +175,23 @@ class WorkflowSpec:
         self.budget_arms = list(budget.get("arms", {}))
         self.budget_variants = list(budget.get("variants", []))
         self.roles = dict(drafters["roles"])
+        self.lookups = list(drafters.get("lookups") or {})
         self.decompose = list(cfg.get("decompose") or {})
         self._settings = {t: merge_settings(cfg, cfg["targets"][t].get("settings") or {})
                           for t in self.targets}
         check_consistency(self)
         self.eval_groups = {
-            "summary": [Evaluation(v, "final") for v in self.variants],
+            # the lookup tables beside the drafters, on the same anchors and paths
+            "summary": [Evaluation(v, "final") for v in self.variants + self.lookups],
+            # every epoch (the final weights are the best held-out epoch, one of them)
             "trajectory": [Evaluation(v, f"epoch-{e}") for v in self.trajectory
-                           for e in range(1, self.variant_epochs(v))],
+                           for e in range(1, self.variant_epochs(v) + 1)],
             "components": [Evaluation(arm, "final") for arm in self.arms],
-            # the budget study: every epoch of its arms and of the variants it includes (the
-            # variants' final weights are evaluated with the summary group)
-            "budget": [Evaluation(v, f"epoch-{e}") for v in self.budget_variants + self.budget_arms
-                       for e in range(1, self.variant_epochs(v))]
+            # the budget study: every epoch of the variants it includes (epochs at fixed data;
+            # their final weights are evaluated with the summary group) and the kept weights
+            # of its arms (data at fixed steps, one change at a time)
+            "budget": [Evaluation(v, f"epoch-{e}") for v in self.budget_variants
+                       for e in range(1, self.variant_epochs(v) + 1)]
                       + [Evaluation(arm, "final") for arm in self.budget_arms],
             # a user's own drafters (floorgap decompose): final weights only
             "decompose": [Evaluation(name, "final") for name in self.decompose],
@@ -202,9 +211,9 @@ class WorkflowSpec:
 
     @property
     def drafter_names(self) -> list[str]:
-        """Every drafter: the variants, the component arms, the budget-study arms and the
-        decompose section's drafters (one namespace)."""
-        return self.variants + self.arms + self.budget_arms + self.decompose
+        """Every drafter: the variants, the component arms, the budget-study arms, the
+        lookup tables and the decompose section's drafters (one namespace)."""
+        return self.variants + self.arms + self.budget_arms + self.lookups + self.decompose
 
     @property
     def cross_target_drafters(self) -> list[str]:
@@ -273,6 +282,8 @@ class WorkflowSpec:
             return _with_kind({"name": name, **drafters["variants"][name]})
         if name in self.budget_arms:
             return {"name": name, **drafters["budget"]["arms"][name]}
+        if name in self.lookups:
+            return {"name": name, **drafters["lookups"][name]}
         if name in self.decompose:
             return _with_kind({"name": name, **self.config["decompose"][name]})
         components = drafters["components"]
@@ -289,17 +300,10 @@ class WorkflowSpec:
         return int(entry.get("epochs", cfg["drafters"]["train"]["epochs"]))
 
     def summary_evaluations(self, summary: str, target: str | None = None) -> list[Evaluation]:
-        """The evaluations a gaps summary reads: its evaluation group, and for the trajectory
-        also the final weights (the last epoch); a cross_target target's ``summary`` reads its
-        two baselines."""
+        """The evaluations a gaps summary reads: its evaluation group; a cross_target target's
+        ``summary`` reads its two baselines."""
         if target is not None and self.scope(target) == "cross_target":
             return self.eval_jobs[ROLES_JOB] if summary == "summary" else []
-        if summary == "trajectory":
-            return self.eval_groups["trajectory"] + [Evaluation(v, "final")
-                                                     for v in self.trajectory]
-        if summary == "budget":
-            return self.eval_groups["budget"] + [Evaluation(v, "final")
-                                                 for v in self.budget_variants]
         return self.eval_groups[summary]
 
     # ---------------------------------------------------------------- stage specs
@@ -363,7 +367,7 @@ class WorkflowSpec:
             return {"target": self.target(target), "variant": entry,
                     "gamma": cfg["anchors"]["gamma"]}
         return {"target": self.target(target), "variant": entry,
-                "export_epochs": variant in self.trajectory + self.budget_variants + self.budget_arms,
+                "export_epochs": variant in self.trajectory + self.budget_variants,
                 "taps": self.taps(target),
                 "train": cfg["drafters"]["train"], "gamma": cfg["anchors"]["gamma"],
                 "seed": cfg["seed"]}
@@ -381,19 +385,24 @@ class WorkflowSpec:
         if target is not None and self.scope(target) == "cross_target":
             return self.analysis_spec(contrasts=[])
         if summary in ("trajectory", "budget"):
-            # The final weights are the last epoch's: label them so.
-            studied = (self.trajectory if summary == "trajectory"
-                       else self.budget_variants + self.budget_arms)
-            return self.analysis_spec(
-                labels={v: f"{v}@epoch-{self.variant_epochs(v)}" for v in studied},
-                contrasts=[], sweeps=False)
+            return self.analysis_spec(contrasts=[], sweeps=False)
         if summary == "decompose":
             return self.analysis_spec(contrasts=[], sweeps=False)
         if summary == "components":
             base = self.config["drafters"]["components"]["baseline"]
             return self.analysis_spec(contrasts=[[arm, base] for arm in self.arms if arm != base],
                                       sweeps=False)
-        return self.analysis_spec(contrasts=[[self.roles["ours"], self.roles["order1"]]])
+        return self.analysis_spec(contrasts=[[self.roles["ours"], self.roles["order1"]],
+                                             *self.lookup_contrasts()],
+                                  lookups=self.lookups)
+
+    def lookup_contrasts(self) -> list[list[str]]:
+        """[drafter, table] for each role's drafter and each lookup table of its order: the
+        paired differences that say whether a drafter beats a lookup table."""
+        drafters = list(dict.fromkeys(self.roles[r] for r in ROLES))
+        order = {n: KIND_ORDER[str(self.variant_entry(n)["kind"])]
+                 for n in drafters + self.lookups}
+        return [[d, t] for d in drafters for t in self.lookups if order[d] == order[t]]
 
     def decomposition_spec(self, target: str, name: str) -> dict[str, Any]:
         """What the decomposition stage reads: the drafter, its entry and the interval level."""
@@ -529,6 +538,8 @@ class WorkflowSpec:
         spec: dict[str, Any] = dict(cfg["figures"]) if kind == "figure" else {}
         if reads.startswith("gaps") or reads in ("serving", "cross_target"):
             spec["roles"] = self.roles
+            spec["lookups"] = {name: str(self.variant_entry(name)["kind"])
+                               for name in self.lookups}
         if reads == "serving":
             # App. F.3: published accepted lengths to bound, beside the project's own
             spec["published"] = list((self.serving or {}).get("published", []))
@@ -657,7 +668,12 @@ def _check_names(spec: WorkflowSpec) -> None:
     if clash:
         raise ConfigError(f"drafters.budget.arms reuses the drafter name(s) {clash}; give the "
                           "budget arms their own names")
-    clash = sorted(set(spec.decompose) & set(spec.variants + spec.arms + spec.budget_arms))
+    clash = sorted(set(spec.lookups) & set(spec.variants + spec.arms + spec.budget_arms))
+    if clash:
+        raise ConfigError(f"drafters.lookups reuses the drafter name(s) {clash}; give the "
+                          "lookup tables their own names")
+    clash = sorted(set(spec.decompose) & set(spec.variants + spec.arms + spec.budget_arms
+                                             + spec.lookups))
     if clash:
         raise ConfigError(f"decompose reuses the drafter name(s) {clash} of the drafters "
                           "section (one namespace, one results folder each); give the drafters "
@@ -678,6 +694,11 @@ def _check_checkpoints(spec: WorkflowSpec) -> None:
             raise ConfigError(f"decompose.{name} has no checkpoint; the decompose section "
                               "evaluates existing drafters: give checkpoint: {format, path}")
         _check_checkpoint_entry(entry, f"decompose.{name}")
+    studied = sorted(set(spec.trajectory + spec.budget_variants))
+    if drafters["train"].get("patience") is not None and studied:
+        raise ConfigError(f"drafters.train.patience may stop training before the last epoch, "
+                          f"but {studied} (trajectory, budget.variants) have every epoch "
+                          "evaluated; drop patience or empty those lists")
     for target in spec.targets:
         if spec.scope(target) != "full":
             continue  # a cross_target target trains no trajectory and no budget study

@@ -52,6 +52,21 @@ class SamplingLaw:
                            self.top_k or None)
 
 
+def law_topk(law: SamplingLaw, logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` most likely tokens under ``law`` and their probabilities (descending) along
+    the last dimension: (probabilities float32, ids int64). For a plain law (temperature only)
+    no full-vocabulary probability tensor is built: the top-k of the logits are the top-k of
+    the law, and their probabilities follow from one float32 log-normaliser; a truncating law
+    goes through :meth:`SamplingLaw.probs`."""
+    k = min(int(k), logits.shape[-1])
+    if not law.is_plain:
+        vals, ids = law.probs(logits).topk(k, dim=-1)
+        return vals.float(), ids
+    scaled = logits.float() / law.temperature
+    top, ids = scaled.topk(k, dim=-1)
+    return (top - torch.logsumexp(scaled, dim=-1, keepdim=True)).exp(), ids
+
+
 def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """Token at quantile ``uniforms`` (``[B]``, in [0, 1)) of each row of ``probs`` (``[B, V]``):
     the first index whose cumulative mass exceeds ``u * total``. Zero-probability tokens are

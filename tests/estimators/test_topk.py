@@ -111,3 +111,31 @@ def test_gradient_of_the_coarsened_kl_in_closed_form() -> None:
     expected = q * (1 - r_p / r_q)
     expected.scatter_(-1, ids, q.gather(-1, ids) - vals)
     torch.testing.assert_close(logits.grad, expected, atol=1e-6, rtol=1e-4)
+
+
+def test_a_trimmed_support_charges_the_mass_outside_it() -> None:
+    """q on a draft vocabulary D (logits over D, ids mapped into D, ``valid`` marking the
+    stored tokens inside it): with the whole of p stored, TV equals the dense TV against q
+    scattered into the full vocabulary with zeros outside D, and KL is infinite when p has
+    mass outside D."""
+    v, draft = 13, torch.tensor([0, 2, 3, 7, 8, 12])
+    g = torch.Generator().manual_seed(4)
+    logits_d = torch.randn(2, len(draft), generator=g, dtype=torch.float64)
+    p = torch.softmax(torch.randn(2, v, generator=g, dtype=torch.float64), -1)
+    vals, ids = p.sort(-1, descending=True)
+    t2d = torch.full((v,), -1, dtype=torch.long)
+    t2d[draft] = torch.arange(len(draft))
+    mapped = t2d[ids]
+    div = topk_divergences(logits_d, mapped.clamp_min(0), vals, mapped >= 0)
+    q = torch.zeros(2, v, dtype=torch.float64)
+    q[:, draft] = torch.softmax(logits_d, -1)
+    torch.testing.assert_close(div["tv"].double(), tv_distance(p, q, dim=-1), atol=1e-6, rtol=0)
+    assert torch.isinf(div["kl"]).all()
+    # p restricted to D and renormalised: the KL is finite and the textbook one
+    inside = torch.where(mapped >= 0, vals, torch.zeros_like(vals))
+    p_d = inside / inside.sum(-1, keepdim=True)
+    div_d = topk_divergences(logits_d, mapped.clamp_min(0), p_d, mapped >= 0)
+    pd_dense = p[:, draft] / p[:, draft].sum(-1, keepdim=True)
+    qd = torch.softmax(logits_d, -1)
+    kl = (pd_dense * (pd_dense.log() - qd.log())).sum(-1)
+    torch.testing.assert_close(div_d["kl"].double(), kl, atol=1e-5, rtol=1e-5)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 import yaml
 
 from conftest import (REPO, SMOKE_CONFIG, dry_run_jobs, snakemake, snakemake_cmd,
@@ -117,13 +118,28 @@ def test_smoke_dag_end_to_end(smoke_run: Path) -> None:
         assert len(pd.read_csv(smoke_run / "paper" / "tables" / f"{item}.csv")) > 0
     values = (smoke_run / "paper" / "values.tex").read_text()
     for macro in ("fgFloorTZeroLast", "fgDsparkGapLast", "fgOursVsDsparkTauChange",
-                  "fgOursTrajectoryTauLast", "fgComponentsBest"):
+                  "fgOursTrajectoryTauLast", "fgComponentsBest", "fgLookupVerdict",
+                  "fgBudgetDropFirst"):
         assert f"\\newcommand{{\\{macro}}}" in values, macro
-    # every drafter, trajectory epoch, component arm and budget-study arm was trained
+    # every drafter, trajectory epoch, component arm and budget-study arm was trained, and
+    # every lookup table estimated
     drafters = cfg["drafters"]
     trained = {p.parent.name for p in (results / "drafters").glob("*/final.pt")}
     assert trained == (set(drafters["variants"]) | set(drafters["components"]["arms"])
-                       | set(drafters["budget"]["arms"]))
+                       | set(drafters["budget"]["arms"]) | set(drafters["lookups"]))
+    # the drafters keep their best held-out epoch; the trimmed one serves as exported
+    log = [json.loads(line) for line in
+           (results / "drafters" / "dflash" / "train_log.jsonl").read_text().splitlines()]
+    held = [r["heldout"]["score"] for r in log if r.get("kind") == "epoch"]
+    assert len(held) == drafters["variants"]["dflash"]["epochs"]
+    final = torch.load(results / "drafters" / "dflash" / "final.pt", weights_only=True)
+    assert final["kept_epoch"] == 1 + held.index(min(held))
+    assert len(final["drafter_config"]["draft_vocab"]) == drafters["variants"]["dflash"]["vocab"]
+    exported = results / "export" / "dflash" / "dflash"
+    assert (exported / "mask_embedding.pt").is_file()
+    summary = pd.read_parquet(results / "gaps" / "summary.parquet")
+    assert set(drafters["lookups"]) <= set(summary.variant)
+    assert "dflash-bigram_committed" in set(summary.variant)
     for v in drafters["trajectory"]:
         epochs = drafters["variants"][v].get("epochs", drafters["train"]["epochs"])
         assert len(list((results / "drafters" / v / "epochs").glob("epoch-*.pt"))) == epochs
@@ -284,7 +300,10 @@ def test_renamed_drafters_build_every_item(smoke_run: Path, tmp_path: Path) -> N
     values = (work / "paper" / "values.tex").read_text()
     assert "\\newcommand{\\fgOursVsDsparkTauChange}" in values
     gaps = pd.read_parquet(work / "results" / target / "gaps" / "summary.parquet")
-    assert set(gaps.variant) == {"blockwise", "markov", "prefix-head", "prefix-head-markov"}
+    tables = {"unigram", "bigram_committed", "bigram"}
+    assert set(gaps.variant) == {"blockwise", "markov", "prefix-head", "prefix-head-markov",
+                                 *tables, "blockwise-unigram", "blockwise-bigram_committed",
+                                 "markov-bigram", "prefix-head-bigram"}
 
 
 def test_kill_mid_dag_then_rerun_gives_the_same_records(smoke_run: Path, tmp_path: Path) -> None:

@@ -402,3 +402,70 @@ def test_load_drafters_imports_folders(target, batch, tmp_path):
     assert load_drafters([b], target, G - 1)[0].gamma == G - 1   # a shorter block fits
     with pytest.raises(StageError, match="block rows"):
         load_drafters([b], target, G + 1)
+
+
+# ------------------------------------------------------------ trimmed vocabulary, mask embedding
+# The layout vLLM's DFlash model (qwen3_dflash.py) and EAGLE-3 load: draft_vocab_size at the top
+# level, d2t int64 offsets (target id = draft index + d2t), lm_head.weight the head's rows;
+# the mask embedding in mask_embedding.pt as {"embedding", "mask_token_id"}.
+
+DRAFT_VOCAB = sorted({0, 3, 4, 10, 17, 31, 40, 41, 42, 63, 77, 90, V - 1})
+
+
+@pytest.mark.parametrize("kind,fmt", [("dflash", "dflash"), ("dspark", "dspark"),
+                                      ("dflash", "speculators"),
+                                      ("prefix_attention", "floorgap")])
+def test_trimmed_vocabulary_and_mask_embedding_round_trip_bitwise(target, batch, tmp_path,
+                                                                  kind, fmt):
+    drafter = make(kind, target, draft_vocab=DRAFT_VOCAB, mask_embedding=True)
+    folder = export_drafter(drafter, tmp_path / "ckpt", fmt)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["draft_vocab_size"] == len(DRAFT_VOCAB)
+    tensors = load_file(str(folder / "model.safetensors"))
+    d2t = tensors["d2t"]
+    assert d2t.dtype == torch.int64
+    assert (torch.arange(len(DRAFT_VOCAB)) + d2t).tolist() == DRAFT_VOCAB
+    head = target.get_output_embeddings().weight
+    assert torch.equal(tensors["lm_head.weight"], head[DRAFT_VOCAB])
+    assert not any("mask" in k for k in tensors)          # vLLM reads it from its own file
+    mask = torch.load(folder / "mask_embedding.pt", weights_only=True)
+    assert mask["mask_token_id"] == V - 1
+    assert torch.equal(mask["embedding"], drafter.mask_embed.detach())
+    back = import_drafter(folder, target).eval()
+    assert back.cfg.draft_vocab == DRAFT_VOCAB and back.cfg.mask_embedding
+    assert torch.equal(back.mask_embed, drafter.mask_embed)
+    assert_same_drafter(drafter, back, batch)
+
+
+def test_trimmed_proposals_vanish_outside_the_draft_vocabulary(target, batch):
+    feats, mask, committed, preds = batch
+    outside = sorted(set(range(V)) - set(DRAFT_VOCAB))
+    for kind in ("dflash", "dspark", "prefix_attention"):
+        drafter = make(kind, target, draft_vocab=DRAFT_VOCAB)
+        q = torch.softmax(drafter.propose(feats, committed, preds, mask), -1)
+        assert torch.all(q[..., outside] == 0), kind
+        assert torch.allclose(q.sum(-1), torch.ones(q.shape[:-1]))
+        d = drafter.draft(feats, committed, mask, 1.0, torch.Generator().manual_seed(5))
+        assert set(d.tokens.reshape(-1).tolist()) <= set(DRAFT_VOCAB), kind
+
+
+def test_a_trimmed_folder_with_its_own_head_or_no_d2t_is_refused(target, tmp_path):
+    folder = export_drafter(make("dflash", target, draft_vocab=DRAFT_VOCAB), tmp_path / "d",
+                            "dflash")
+    tensors = load_file(str(folder / "model.safetensors"))
+    save_file({**tensors, "lm_head.weight": tensors["lm_head.weight"] + 1},
+              str(folder / "model.safetensors"))
+    with pytest.raises(ValueError, match="draft head of its own"):
+        import_drafter(folder, target)
+    save_file({k: v for k, v in tensors.items() if k != "d2t"}, str(folder / "model.safetensors"))
+    with pytest.raises(ValueError, match="d2t"):
+        import_drafter(folder, target)
+
+
+def test_a_mask_embedding_for_another_token_is_refused(target, tmp_path):
+    folder = export_drafter(make("dflash", target, mask_embedding=True), tmp_path / "d",
+                            "dflash")
+    mask = torch.load(folder / "mask_embedding.pt", weights_only=True)
+    torch.save({**mask, "mask_token_id": 5}, folder / "mask_embedding.pt")
+    with pytest.raises(ValueError, match="mask token"):
+        import_drafter(folder, target)

@@ -237,3 +237,46 @@ def test_torchrun_entry_matches_single_process(tmp_path):
     assert [r["kind"] for r in la] == [r["kind"] for r in lb]
     for ra, rb in zip(la, lb):
         assert ra["loss"] == pytest.approx(rb["loss"], rel=1e-4)
+
+
+def _scripted_scores(scores):
+    """A held-out score function that returns ``scores`` epoch by epoch (a fixture where a
+    later epoch is worse), with the calls it saw."""
+    calls = []
+
+    def evaluate(model):
+        assert not model.training and not torch.is_grad_enabled()
+        calls.append(len(calls) + 1)
+        return {"score": scores[len(calls) - 1]}
+
+    return evaluate, calls
+
+
+def test_the_best_held_out_epoch_is_kept_and_patience_stops(tmp_path):
+    from floorgap.models.training import best_epoch
+
+    evaluate, calls = _scripted_scores([0.9, 0.7, 0.8, 0.85, 0.6])
+    result = train(new_model(), make_examples(12), _config(tmp_path / "a", epochs=5),
+                   progress=False, evaluate=evaluate)
+    assert [r["heldout"]["score"] for r in result.epochs] == [0.9, 0.7, 0.8, 0.85, 0.6]
+    assert best_epoch(result.epochs) == 5
+    # a later epoch worse than an earlier one: the earlier one is kept
+    assert best_epoch(result.epochs[:4]) == 2
+    # patience 2: epochs 3 and 4 do not beat epoch 2, so the run ends after epoch 4
+    evaluate, calls = _scripted_scores([0.9, 0.7, 0.8, 0.85, 0.6])
+    stopped = train(new_model(), make_examples(12),
+                    _config(tmp_path / "b", epochs=5, patience=2), progress=False,
+                    evaluate=evaluate)
+    assert [r["epoch"] for r in stopped.epochs] == [1, 2, 3, 4] and calls == [1, 2, 3, 4]
+    assert best_epoch(stopped.epochs) == 2
+    # resuming the stopped run trains nothing more: the rule is applied to the restored log
+    evaluate, calls = _scripted_scores([0.1] * 5)
+    again = train(new_model(), make_examples(12), _config(tmp_path / "b", epochs=5, patience=2),
+                  progress=False, evaluate=evaluate)
+    assert calls == [] and [r["epoch"] for r in again.epochs] == [1, 2, 3, 4]
+    # the held-out scores do not change the trajectory: same weights as a run without them
+    plain = train(new_model(), make_examples(12), _config(tmp_path / "c", epochs=5),
+                  progress=False)
+    a = load_checkpoint(tmp_path / "a" / "epoch-0005.pt")["model"]
+    c = load_checkpoint(tmp_path / "c" / "epoch-0005.pt")["model"]
+    assert all(torch.equal(a[k], c[k]) for k in a) and plain.steps == result.steps

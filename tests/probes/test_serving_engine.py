@@ -234,26 +234,19 @@ def test_the_plugin_mends_the_cpu_builds_token_expansion() -> None:
     assert values == pytest.approx([1.0, 1.0, 1.0, 0.7, 0.7])
 
 
-@pytest.mark.slow
-def test_served_rounds_match_their_offline_replay(engine_inputs, served_dflash) -> None:
-    """The exported drafter's acceptance in the engine against the offline replay of the same
-    rounds (floorgap.probes.serving_replay) on the project's import of the same folder: at
-    temperature 0 every complete round accepts exactly the drafts whose argmax matches the
-    target's (greedy verification is deterministic); at temperature 1 (drafts sampled from q)
-    the accepted drafts agree with the exact trial probabilities 1 - TV(p_j, q_j) within
-    sampling error (|z| < 4), and the returned tokens are draws from the target's law
-    (lossless test, |z| < 4)."""
+def _check_rounds_replay(model_dir, folder, rows, gamma, served) -> None:
+    """The served rounds against their offline replay on the project's import of ``folder``
+    (see :func:`test_served_rounds_match_their_offline_replay`)."""
     from floorgap.estimators.served import acceptance_test, lossless_z
     from floorgap.models.targets import load_target
     from floorgap.probes.drafter_eval import load_trained_drafter
     from floorgap.probes.serving_replay import replay_request
 
-    model_dir, folder, rows, gamma = engine_inputs
     model, _ = load_target(model_dir)
     drafter = load_trained_drafter(folder, model, gamma)
     prompts = {r.row_id: r.prompt_ids for r in rows}
     replayed = {}
-    for temperature, (requests, _) in served_dflash.items():
+    for temperature, (requests, _) in served.items():
         rounds = []
         for q in requests:
             assert len(q.step_accepted) == q.verify_steps
@@ -278,6 +271,51 @@ def test_served_rounds_match_their_offline_replay(engine_inputs, served_dflash) 
                            torch.tensor([r.tv for r in sampled], dtype=torch.float64))
     assert test.trials >= 30
     assert abs(test.z) < 4, test
+
+
+@pytest.mark.slow
+def test_served_rounds_match_their_offline_replay(engine_inputs, served_dflash) -> None:
+    """The exported drafter's acceptance in the engine against the offline replay of the same
+    rounds (floorgap.probes.serving_replay) on the project's import of the same folder: at
+    temperature 0 every complete round accepts exactly the drafts whose argmax matches the
+    target's (greedy verification is deterministic); at temperature 1 (drafts sampled from q)
+    the accepted drafts agree with the exact trial probabilities 1 - TV(p_j, q_j) within
+    sampling error (|z| < 4), and the returned tokens are draws from the target's law
+    (lossless test, |z| < 4)."""
+    model_dir, folder, rows, gamma = engine_inputs
+    _check_rounds_replay(model_dir, folder, rows, gamma, served_dflash)
+
+
+@pytest.mark.slow
+def test_a_trimmed_vocabulary_and_mask_embedding_serve_as_replayed(engine_inputs, smoke_target,
+                                                                   tmp_path) -> None:
+    """A DFlash drafter with a trimmed draft vocabulary (draft_vocab_size, d2t, its head rows)
+    and a trained mask embedding (mask_embedding.pt), exported as vLLM's DFlash model loads
+    them, serves with rounds equal to the offline replay of the project's import (the same
+    checks as the full-vocabulary drafter): the engine reads d2t's offsets and the mask
+    embedding as the project does."""
+    from floorgap.models.drafter_training import drafter_config
+    from floorgap.models.drafters import build_drafter
+    from floorgap.models.engine_formats import export_drafter
+    from floorgap.models.targets import load_target
+
+    model_dir, _, rows, gamma = engine_inputs
+    cfg = smoke_target[0]
+    model, _ = load_target(model_dir)
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    # a random 2,000 of the target's tokens: the map, not the proposals, is under test
+    torch.manual_seed(0)
+    draft = sorted(set(torch.randperm(vocab)[:2000].tolist()))
+    dc = drafter_config({"kind": "dflash", "layers": 1, "mask_embedding": True},
+                        cfg["drafters"]["taps"], gamma, model.config, draft_vocab=draft)
+    drafter = build_drafter(dc, model)
+    folder = export_drafter(drafter, tmp_path / "trimmed", "dflash")
+    assert (folder / "mask_embedding.pt").is_file()
+    served = _serve(model_dir, rows, gamma, kind="dflash", drafter=folder,
+                    temperatures=(0.0, 1.0), tmp=tmp_path)
+    for requests, _ in served.values():
+        assert all(r.draft_tokens == gamma * r.verify_steps for r in requests)
+    _check_rounds_replay(model_dir, folder, rows, gamma, served)
 
 
 def test_a_server_dies_with_the_stage_that_started_it() -> None:

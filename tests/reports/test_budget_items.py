@@ -11,41 +11,59 @@ from test_gap_items import _summarise
 
 @pytest.fixture(scope="module")
 def budget_inputs(tmp_path_factory):
+    """The three parts of the study: the variant ``base`` by epoch (a), arms of its recipe at
+    two sizes (b) and one arm with one setting changed (c), plus an order-1 arm."""
     root = tmp_path_factory.mktemp("budget")
-    variants = {"few@epoch-1": {"order": 0}, "few": {"order": 0}, "many": {"order": 0},
+    variants = {"base@epoch-1": {"order": 0}, "base@epoch-2": {"order": 0},
+                "few": {"order": 0}, "many": {"order": 0}, "few-ce": {"order": 0},
                 "markov": {"order": 1}}
-    summary = _summarise(root, variants, {"labels": {"few": "few@epoch-2", "many": "many@epoch-1",
-                                                     "markov": "markov@epoch-1"},
-                                          "contrasts": [], "sweeps": False}, "budget")
+    summary = _summarise(root, variants, {"contrasts": [], "sweeps": False}, "budget")
     inputs = {"summary": summary}
-    for name, blocks in (("few", 100), ("many", 900), ("markov", 900)):
+    for name, blocks, epochs in (("base", 900, 2), ("few", 100, 9), ("many", 900, 1),
+                                 ("few-ce", 100, 9), ("markov", 900, 1)):
         log = root / f"{name}.jsonl"
-        log.write_text(json.dumps({"kind": "step", "examples": 1}) + "\n"
-                       + json.dumps({"kind": "epoch", "epoch": 1, "examples": blocks}) + "\n")
+        records = [json.dumps({"kind": "step", "examples": 1})]
+        records += [json.dumps({"kind": "epoch", "epoch": e, "examples": blocks,
+                                "steps": blocks // 100,
+                                "heldout": {"tv_by_slot": [0.8, 0.85, 0.9], "score": 0.85}})
+                    for e in range(1, epochs + 1)]
+        log.write_text("\n".join(records) + "\n")
         inputs[f"log_{name}"] = log
-    spec = {"budget": {"few": {"kind": "dflash", "layers": 2, "objective": "kl", "blocks": 100},
-                       "many": {"kind": "dflash", "layers": 2, "objective": "kl"},
+    recipe = {"kind": "dflash", "layers": 2, "objective": "kl", "vocab": 64,
+              "mask_embedding": True}
+    spec = {"budget": {"base": recipe, "few": {**recipe, "blocks": 100},
+                       "many": {**recipe, "blocks": 900},
+                       "few-ce": {**recipe, "objective": "ce", "blocks": 100},
                        "markov": {"kind": "dspark", "layers": 1}},
-            "train_epochs": {"few": 2, "many": 1, "markov": 1}, "dpi": 60}
+            "train_epochs": {"base": 2, "few": 9, "many": 1, "few-ce": 9, "markov": 1},
+            "dpi": 60}
     return inputs, spec
 
 
-def test_study_runs_read_risk_blocks_and_settings(budget_inputs):
-    from floorgap.reports.budget_items import study_runs
+def test_study_runs_read_risk_blocks_steps_and_settings(budget_inputs):
+    from floorgap.reports.budget_items import _parts, study_runs
     from floorgap.reports.gap_items import GapSummary
 
     inputs, spec = budget_inputs
     runs = study_runs(inputs, spec)
     s = GapSummary(inputs["summary"])
-    assert sorted(zip(runs["drafter"], runs["epoch"])) == [("few", 1), ("few", 2), ("many", 1),
-                                                           ("markov", 1)]
+    assert sorted(zip(runs["drafter"], runs["epoch"], runs["weights"])) == [
+        ("base", 1, "epoch"), ("base", 2, "epoch"), ("few", 9, "kept"), ("few-ce", 9, "kept"),
+        ("many", 1, "kept"), ("markov", 1, "kept")]
     for _, r in runs.iterrows():
         stat = "R" if r["kind"] == "dflash" else "R_oracle_all"   # the order's held-out risk
         assert r["risk"] == stat
         assert r["R_0"] == pytest.approx(s.get(stat, r["label"], 0))
-        assert r["blocks"] == {"few": 100, "many": 900, "markov": 900}[r["drafter"]]
-    assert set(runs.loc[runs["drafter"] == "few", "objective"]) == {"kl"}
+        assert r["blocks"] == {"base": 900, "few": 100, "many": 900, "few-ce": 100,
+                               "markov": 900}[r["drafter"]]
+    # few: 9 epochs of 1 step; many: 1 epoch of 9 steps -- data at fixed steps
+    assert dict(zip(runs["drafter"], runs["steps"]))["few"] == 9
+    assert dict(zip(runs["drafter"], runs["steps"]))["many"] == 9
     assert set(runs.loc[runs["drafter"] == "markov", "objective"]) == {"ce"}   # the default
+    epochs, data, changes = _parts(runs, spec)
+    assert set(epochs["drafter"]) == {"base"}
+    assert set(data["drafter"]) == {"few", "many"}
+    assert set(changes["drafter"]) == {"few-ce", "markov"}
 
 
 def test_items_write_files_and_finite_macros(budget_inputs, tmp_path):
@@ -59,8 +77,21 @@ def test_items_write_files_and_finite_macros(budget_inputs, tmp_path):
     tex = (tmp_path / "tableE_drafter_budget.tex").read_text()
     assert tex.startswith("\\begin{tabular}") and "nan" not in tex
     assert fig["\\fgBudgetMaxBlocks"] == "900" and fig["\\fgBudgetMinBlocks"] == "100"
+    assert fig["\\fgBudgetFixedSteps"] == "9" and fig["\\fgBudgetEpochsStudied"] == "2"
     assert tab["\\fgBudgetFewBlocks"] == "100"
     assert all(v not in ("", "nan") for v in {**fig, **tab}.values())
+
+
+def test_the_extrapolation_follows_the_fixed_steps_line():
+    """Two sizes a decade apart at R_0 0.8 and 0.7: 0.1 per decade, so R_0 = 0.5 at 10x the
+    larger size (1e2 -> 0.8, 1e3 -> 0.7, 1e5 -> 0.5)."""
+    import pandas as pd
+
+    from floorgap.reports.budget_items import _fit_per_decade
+
+    intercept, slope = _fit_per_decade(pd.Series([100, 1000]), pd.Series([0.8, 0.7]))
+    assert slope == pytest.approx(-0.1) and intercept == pytest.approx(1.0)
+    assert 10 ** ((0.5 - intercept) / slope) == pytest.approx(1e5)
 
 
 def test_a_missing_training_log_is_named(budget_inputs, tmp_path):

@@ -458,6 +458,12 @@ def _contrast_block(rows: list[dict], va: VariantRecords, vb: VariantRecords, re
     _emit(rows, "diff_tau", name, s.name,
           *s.ratio((expected_length(va.accept[ia]) - expected_length(vb.accept[ib]))[:, None]),
           note=note)
+    if va.order == 0 and vb.order == 0:
+        # both proposals are functions of X: R_k itself pairs up path by path
+        t0 = _floor_matrix(rec.t0, s.ids, g)
+        _emit(rows, "diff_R", name, s.name, *s.ratio(va.risk[ia] - vb.risk[ib],
+                                                     valid=t0.isfinite()),
+              slots=range(g), note=note)
     if va.order != 1 or vb.order != 1:
         return  # the oracle, self and exposure contrasts are of order-1 drafters
     # Both variants were evaluated on the same target paths, so they share the covered paths.
@@ -526,3 +532,48 @@ def per_anchor_floor_check(rec: GapRecords, tol: float = 1e-6) -> pd.DataFrame:
             out.append({"variant": v.name, "anchor_id": v.anchor_ids[i], "slot": k,
                         "risk_oracle": float(ro[i, k]), "t1": float(t1[i, k])})
     return pd.DataFrame(out, columns=["variant", "anchor_id", "slot", "risk_oracle", "t1"])
+
+
+#: The risk a drafter and a lookup table of its order are compared on, per slot: R for order 0,
+#: R^oracle (on the covered paths) for order 1.
+LOOKUP_DIFF = {0: "diff_R", 1: "diff_R_oracle"}
+
+
+@dataclass(frozen=True)
+class LookupVerdict:
+    """Where drafter ``drafter`` fails to beat lookup table ``table`` (paper terms: its risk
+    minus the table's, paired within anchors, by slot): ``loses`` the slots whose estimate is
+    >= 0, ``not_clearly_better`` those whose interval does not lie below zero."""
+
+    drafter: str
+    table: str
+    statistic: str
+    loses: list[int]
+    not_clearly_better: list[int]
+
+    def sentence(self) -> str:
+        """The plain verdict (the log, the decomposition and the paper text use it)."""
+        if self.loses:
+            return (f"{self.drafter} loses to a lookup table ({self.table}) at slots "
+                    + ", ".join(map(str, self.loses)))
+        return f"{self.drafter} beats the {self.table} table at every slot"
+
+
+def lookup_verdicts(summary: pd.DataFrame, pairs: Sequence[Sequence[str]],
+                    domain: str = "all") -> list[LookupVerdict]:
+    """A :class:`LookupVerdict` for each [drafter, table] pair whose paired difference is in
+    the summary (the gaps stage's contrasts)."""
+    out = []
+    for drafter, table in pairs:
+        name = f"{drafter}-{table}"
+        rows = summary[(summary["variant"] == name) & (summary["domain"] == domain)
+                       & summary["statistic"].isin(set(LOOKUP_DIFF.values()))
+                       & (summary["slot"] >= 0)]
+        if rows.empty:
+            continue
+        stat = str(rows["statistic"].iloc[0])
+        rows = rows[rows["statistic"] == stat].sort_values("slot")
+        loses = [int(k) for k, e in zip(rows["slot"], rows["estimate"]) if not e < 0]
+        unclear = [int(k) for k, u in zip(rows["slot"], rows["upper"]) if not u < 0]
+        out.append(LookupVerdict(drafter, table, stat, loses, unclear))
+    return out

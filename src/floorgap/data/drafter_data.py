@@ -55,7 +55,7 @@ import torch
 from floorgap.errors import StageError
 from floorgap.models.targets import mixed_precision
 from floorgap.progress import Timer, iter_batches, progress
-from floorgap.sampling import SamplingLaw
+from floorgap.sampling import SamplingLaw, law_topk
 from floorgap.seeds import derive_seed
 
 log = logging.getLogger("floorgap.drafter_data")
@@ -105,8 +105,7 @@ def position_targets(model: Any, sequence: Sequence[int], prompt_len: int, law: 
     else:
         feats, logits = target_features_and_logits(model, ids, list(features.taps), keep)
         feats = feats[0].to("cpu", getattr(torch, features.dtype))
-    probs = law.probs(logits[0, :-1])                                     # float64 [n, V]
-    vals, idx = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+    vals, idx = law_topk(law, logits[0, :-1], top_k)                      # [n, K] each
     return idx.to("cpu", torch.int32), vals.to("cpu", torch.float32), feats
 
 

@@ -48,21 +48,32 @@ def logsumexp_gather(logits: Tensor, ids: Tensor) -> tuple[Tensor, Tensor]:
     return _LogSumExpGather.apply(logits, ids.long())
 
 
-def topk_divergences(logits: Tensor, ids: Tensor, vals: Tensor) -> dict[str, Tensor]:
+def topk_divergences(logits: Tensor, ids: Tensor, vals: Tensor, valid: Tensor | None = None
+                     ) -> dict[str, Tensor]:
     """KL(p || q) and TV(p, q) per row ([...]) with q = softmax(logits [..., V]) and p given by
     its top-K ``ids``/``vals`` [..., K] (distinct ids), on the coarsening of
     the vocabulary into the K stored tokens plus one residual bucket (mass r_p = 1 - sum p_K
     against r_q = 1 - sum q_K). Both are lower bounds of the full divergences (data
-    processing) and equal them when the stored top-K carries all of p's mass."""
+    processing) and equal them when the stored top-K carries all of p's mass.
+
+    ``valid`` [..., K] (bool) marks the stored tokens inside q's support when q lives on a
+    trimmed draft vocabulary (``logits`` are then over that vocabulary and ``ids`` index it):
+    q is exactly zero at the others, whose ids are ignored, and the residual bucket is the rest
+    of the draft vocabulary. KL is infinite where p puts mass outside the support.
+    """
     # gather before normalising: one [..., V] pass (the logsumexp) instead of a full log q
+    ids = ids if valid is None else torch.where(valid, ids, torch.zeros_like(ids))
     lse, picked = logsumexp_gather(logits, ids)
     logq_k = picked - lse.unsqueeze(-1)                                    # [..., K]
+    if valid is not None:
+        logq_k = logq_k.masked_fill(~valid, float("-inf"))
     q_k = logq_k.exp()
     p_k = vals.float()
     r_p = (1 - p_k.sum(-1)).clamp(min=0.0)
     r_q = (1 - q_k.sum(-1)).clamp(min=1e-12)
     plogp = torch.where(p_k > 0, p_k * p_k.clamp_min(1e-30).log(), torch.zeros_like(p_k))
-    kl = (plogp - p_k * logq_k).sum(-1)
+    cross = torch.where(p_k > 0, p_k * logq_k, torch.zeros_like(p_k))
+    kl = (plogp - cross).sum(-1)
     kl = kl + torch.where(r_p > 0, r_p * (r_p.clamp_min(1e-30).log() - r_q.log()),
                           torch.zeros_like(r_p))
     tv = 0.5 * ((p_k - q_k).abs().sum(-1) + (r_p - r_q).abs())

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 # Variant keys that map onto DrafterConfig fields of another name, or that are not model fields.
 _RENAMED = {"layers": "n_layers", "heads": "n_heads"}
-_NOT_MODEL = {"name", "epochs", "checkpoint", "seed_key", "init", "blocks"}
+_NOT_MODEL = {"name", "epochs", "checkpoint", "seed_key", "init", "blocks", "vocab"}
 
 
 def _rope_theta(target_config: Any) -> float:
@@ -45,8 +45,8 @@ def _rope_theta(target_config: Any) -> float:
     return float(theta) if theta is not None else 1_000_000.0
 
 
-def drafter_config(variant: Mapping[str, Any], taps: list[int], gamma: int, target_config: Any
-                   ) -> DrafterConfig:
+def drafter_config(variant: Mapping[str, Any], taps: list[int], gamma: int, target_config: Any,
+                   draft_vocab: list[int] | None = None) -> DrafterConfig:
     """The ``DrafterConfig`` of a config variant on a target: width, heads, key/value heads, head
     width, MLP width, norm epsilon and rotary base follow the target's (so a drafter layer has
     the shapes of a target layer) unless the variant sets ``heads``."""
@@ -67,7 +67,45 @@ def drafter_config(variant: Mapping[str, Any], taps: list[int], gamma: int, targ
         if key in _NOT_MODEL:
             continue
         fields[_RENAMED.get(key, key)] = value
+    if draft_vocab is not None:
+        fields["draft_vocab"] = draft_vocab
     return DrafterConfig(**fields)
+
+
+def heldout_sequences(data: Mapping[str, Any], share: float, seed: int) -> list[int]:
+    """The training record's held-out sequences: a seeded ``share`` of them (at least one when
+    the share is positive and there are two or more), the same for every variant and budget
+    arm of a target, so that their held-out curves are comparable."""
+    import torch
+
+    from floorgap.seeds import derive_seed, generator_for
+
+    n_seq = int(data["seq_prompt_len"].shape[0])
+    if share <= 0 or n_seq < 2:
+        return []
+    n = min(n_seq - 1, max(1, round(share * n_seq)))
+    order = torch.randperm(n_seq, generator=generator_for(derive_seed(seed, "heldout")))
+    return sorted(int(i) for i in order[:n])
+
+
+def trimmed_vocabulary(data: Mapping[str, Any], sequences: Sequence[int], size: int,
+                       vocab_size: int) -> list[int]:
+    """The ``size`` target tokens with the most stored target mass (sum of the top-K
+    probabilities over every response position of ``sequences``; ties by id), ascending: the
+    draft vocabulary of an EAGLE-3 / FR-Spec style trimmed head, chosen from training data
+    alone."""
+    import torch
+
+    if not 1 <= size <= vocab_size:
+        raise StageError(f"a draft vocabulary of {size} tokens does not fit the target's "
+                         f"{vocab_size}; set vocab between 1 and {vocab_size}")
+    pos = data["pos_offsets"]
+    rows = torch.cat([torch.arange(int(pos[s]), int(pos[s + 1])) for s in sequences])
+    mass = torch.zeros(vocab_size, dtype=torch.float64)
+    mass.index_add_(0, data["target_ids"][rows].long().reshape(-1),
+                    data["target_vals"][rows].double().reshape(-1))
+    order = torch.sort(-mass, stable=True).indices[:size]   # by mass, ties by id
+    return sorted(int(t) for t in order)
 
 
 def train_config(spec: Mapping[str, Any], checkpoint_dir: Path, device: str) -> TrainConfig:
@@ -78,7 +116,9 @@ def train_config(spec: Mapping[str, Any], checkpoint_dir: Path, device: str) -> 
     from floorgap.seeds import derive_seed
 
     tr, variant = spec["train"], spec["variant"]
+    patience = tr.get("patience")
     return TrainConfig(epochs=int(variant.get("epochs", tr["epochs"])),
+                       patience=None if patience is None else int(patience),
                        batch_size=int(tr["batch_size"]), lr=float(tr["lr"]),
                        warmup_steps=int(tr.get("warmup_steps", 0)),
                        weight_decay=float(tr.get("weight_decay", 0.01)),
@@ -97,12 +137,13 @@ class BlockExamples:
     its context features and differ only in where their prefix ends, so a batch carries the
     features once ([1, T, F]) with ``feature_index`` and per-block ``prefix_mask`` [N, T]
     (:class:`floorgap.models.drafters.Backbone`). ``max_blocks`` keeps the first whole
-    sequences of a seeded order holding at least that many blocks (nested across budgets).
+    sequences of a seeded order holding at least that many blocks (nested across budgets);
+    ``sequences`` limits the pool to those sequences (the training or the held-out split).
     """
 
     def __init__(self, data: Mapping[str, Any], target_model: Any, taps: list[int], gamma: int,
                  *, max_blocks: int | None = None, seed: int = 0,
-                 autocast: str | None = None) -> None:
+                 autocast: str | None = None, sequences: Sequence[int] | None = None) -> None:
         import torch
 
         from floorgap.data.drafter_data import block_index
@@ -118,6 +159,12 @@ class BlockExamples:
             raise StageError("a training block has an empty committed prefix")
         n_seq = int(data["seq_prompt_len"].shape[0])
         order = torch.randperm(n_seq, generator=generator_for(derive_seed(seed, "budget")))
+        if sequences is not None:
+            pool = torch.zeros(n_seq, dtype=torch.bool)
+            pool[torch.as_tensor(list(sequences), dtype=torch.long)] = True
+            order = order[pool[order]]
+            if len(order) == 0:
+                raise StageError("no training sequence is left outside the held-out share")
         counts = torch.bincount(seq, minlength=n_seq)
         keep = order
         if max_blocks is not None:
@@ -217,16 +264,47 @@ class BlockExamples:
         return {k: v[0] for k, v in b.items() if k != "feature_index"}
 
 
+def heldout_risk(drafter: Any, examples: BlockExamples, batch_size: int) -> dict[str, Any]:
+    """Held-out R by slot of a drafter in training: the mean over ``examples``' blocks of the
+    top-K + residual TV(p_k, q_k) its loss reports (:func:`floorgap.estimators.topk.
+    topk_divergences`, q zero outside a trimmed draft vocabulary), teacher-forced (for order-1
+    kinds the realised predecessor, R^oracle), in the training precision. ``score`` is the
+    mean over slots."""
+    import torch
+
+    from floorgap.estimators.topk import topk_divergences
+    from floorgap.models.drafters import TopKTargets
+    from floorgap.models.targets import mixed_precision
+
+    device = next(drafter.parameters()).device
+    dtype = getattr(torch, examples.autocast) if examples.autocast else None
+    total = torch.zeros(drafter.gamma, dtype=torch.float64)
+    n = 0
+    for idx in examples.epoch_batches(batch_size, 0, 0):
+        b = {k: v.to(device) for k, v in examples.gather(idx).items()}
+        with mixed_precision(device.type, dtype):
+            out = drafter(b["features"], b["committed"], b["block_tokens"],
+                          prefix_mask=b["prefix_mask"], feature_index=b["feature_index"])
+        top, valid = drafter.draft_targets(TopKTargets(b["target_ids"], b["target_vals"]))
+        tv = topk_divergences(out.logits, top.ids, top.vals, valid)["tv"]   # [N, G]
+        total += tv.double().sum(0).cpu()
+        n += int(tv.shape[0])
+    by_slot = (total / max(n, 1)).tolist()
+    return {"tv_by_slot": by_slot, "score": sum(by_slot) / len(by_slot), "blocks": n}
+
+
 @dataclass
 class VariantRun:
     """A trained variant: the training result, the filled ``DrafterConfig``, the SHA-256 of the
-    training record, the epochs of the schedule and the number of data-parallel ranks."""
+    training record, the epochs of the schedule, the number of data-parallel ranks and the
+    epoch kept (the best held-out epoch, else the last)."""
 
     result: TrainResult
     drafter_config: DrafterConfig
     data_sha: str
     epochs: int
     world: int
+    kept_epoch: int
 
 
 def check_variant(variant: Mapping[str, Any]) -> bool:
@@ -297,6 +375,32 @@ def import_variant(spec: Mapping[str, Any], model_dir: Path, logger: logging.Log
     return record
 
 
+def fit_lookup_variant(spec: Mapping[str, Any], data_path: Path, logger: logging.Logger
+                       ) -> dict[str, Any]:
+    """The final record of a lookup-table variant (:mod:`floorgap.models.lookup`): fitted on the
+    training sequences of the record at ``data_path``, its smoothing chosen on the held-out
+    ones (the drafters' split), with the record's SHA-256 as provenance."""
+    from floorgap.data.drafter_data import load_drafter_data
+    from floorgap.models.lookup import fit_lookup
+    from floorgap.records import sha256_file
+
+    variant = spec["variant"]
+    data = load_drafter_data(data_path)
+    heldout = heldout_sequences(data, float(spec["train"].get("heldout", 0.0)),
+                                int(spec["seed"]))
+    n_seq = int(data["seq_prompt_len"].shape[0])
+    train_seqs = sorted(set(range(n_seq)) - set(heldout))
+    vocab = int(data["metadata"]["model"].get("vocab_size") or
+                int(data["target_ids"].max()) + 1)
+    table, scores = fit_lookup(variant["kind"], data, train_seqs, heldout,
+                               gamma=int(spec["gamma"]), vocab_size=vocab, taps=spec["taps"])
+    logger.info("%s: %s table from %d training sequences; smoothing %g (held-out slot-0 TV by "
+                "weight: %s)", variant["name"], variant["kind"], len(train_seqs),
+                table.cfg.alpha, ", ".join(f"{a}: {v:.4f}" for a, v in scores.items()) or "-")
+    return {**table.record(), "target": spec["target"]["name"], "variant": dict(variant),
+            "train_data_sha256": sha256_file(data_path), "heldout_tv0": scores, "epochs": []}
+
+
 def _rank_device(device: str, world: int) -> str:
     """With several ranks on CUDA, each rank trains on its local GPU."""
     if world > 1 and device.startswith("cuda"):
@@ -328,10 +432,14 @@ def _resume_decision(run: Mapping[str, Any], ckpt_dir: Path, rank: int, world: i
 def _log_epochs(result: TrainResult, logger: logging.Logger) -> None:
     """One line per epoch: mean loss and parts, tokens and throughput."""
     for rec in result.epochs:
-        logger.info("epoch %d: loss %.4f %s, %d tokens in %.2f s (%.1f tokens/s)", rec["epoch"],
-                    rec["loss"], " ".join(f"{k} {v:.4f}" for k, v in sorted(rec["parts"].items())
+        held = rec.get("heldout")
+        logger.info("epoch %d: loss %.4f %s, %d tokens in %.2f s (%.1f tokens/s)%s",
+                    rec["epoch"], rec["loss"],
+                    " ".join(f"{k} {v:.4f}" for k, v in sorted(rec["parts"].items())
                              if k != "loss"),
-                    rec["tokens"], rec["seconds"], rec["tokens_per_s"])
+                    rec["tokens"], rec["seconds"], rec["tokens_per_s"],
+                    "" if held is None else "; held-out TV by slot " +
+                    " ".join(f"{v:.3f}" for v in held["tv_by_slot"]))
 
 
 def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckpt_dir: Path, *,
@@ -346,7 +454,7 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
     from floorgap.models.checkpoints import latest_checkpoint, run_record
     from floorgap.models.drafters import build_drafter, init_from_target
     from floorgap.models.targets import load_target
-    from floorgap.models.training import train
+    from floorgap.models.training import best_epoch, train
     from floorgap.progress import Timer
     from floorgap.records import sha256_file
     from floorgap.seeds import derive_seed
@@ -359,7 +467,15 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
     if gamma != int(spec["gamma"]):
         raise StageError(f"{data_path} holds blocks of {gamma} slots, not gamma={spec['gamma']}")
     model, _ = load_target(model_dir, target["dtype"], device)
-    cfg = drafter_config(variant, spec["taps"], gamma, model.config)
+    heldout = heldout_sequences(data, float(spec["train"].get("heldout", 0.0)),
+                                int(spec["seed"]))
+    n_seq = int(data["seq_prompt_len"].shape[0])
+    train_seqs = sorted(set(range(n_seq)) - set(heldout))
+    vocab = None
+    if variant.get("vocab") is not None:
+        vocab = trimmed_vocabulary(data, train_seqs, int(variant["vocab"]),
+                                   int(model.get_output_embeddings().weight.shape[0]))
+    cfg = drafter_config(variant, spec["taps"], gamma, model.config, draft_vocab=vocab)
     tcfg = train_config(spec, ckpt_dir, device)
     torch.manual_seed(derive_seed(tcfg.seed, "drafter-init"))
     drafter = build_drafter(cfg, model)
@@ -369,20 +485,29 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
     found = latest_checkpoint(ckpt_dir) if resume else None
     if variant.get("init", "random") == "target":
         init_from_target(drafter, model)
+    common = dict(seed=int(spec["seed"]), autocast=tcfg.autocast_dtype)
     dataset = BlockExamples(data, model, cfg.taps, gamma, max_blocks=variant.get("blocks"),
-                            seed=int(spec["seed"]), autocast=tcfg.autocast_dtype)
-    logger.info("%s on %s: %d trainable parameters, %d blocks, %d epochs, batch %d, %d process(es)%s",
-                variant["name"], target["name"], n_params, len(dataset), tcfg.epochs,
-                tcfg.batch_size, world,
+                            sequences=train_seqs, **common)
+    held = BlockExamples(data, model, cfg.taps, gamma, sequences=heldout, **common) \
+        if heldout else None
+    logger.info("%s on %s: %d trainable parameters, %d blocks (%d held out), %d epochs, "
+                "batch %d, %s vocabulary, %d process(es)%s", variant["name"], target["name"],
+                n_params, len(dataset), len(held) if held else 0, tcfg.epochs, tcfg.batch_size,
+                f"a {len(vocab)}-token" if vocab else "the full", world,
                 f"; resuming after epoch {found[1]['epoch']}" if found else "")
     if not (found is not None and int(found[1]["epoch"]) >= tcfg.epochs):
         logger.info("target features of %d sequences (%s): %.1f s", len(dataset.sequences),
                     "stored in the record" if dataset.stored_features() else "computed",
-                    dataset.prepare())
+                    dataset.prepare() + (held.prepare() if held else 0.0))
+    evaluate = None
+    if held is not None:
+        def evaluate(core: Any) -> dict[str, Any]:
+            return heldout_risk(core, held, tcfg.batch_size)
     timer = Timer()
-    result = train(drafter, dataset, tcfg, resume=resume, progress=progress)
+    result = train(drafter, dataset, tcfg, resume=resume, progress=progress, evaluate=evaluate)
     _log_epochs(result, logger)
-    logger.info("trained epochs %d..%d in %.1f s", result.resumed_from + 1, tcfg.epochs,
-                timer.seconds)
+    kept = best_epoch(result.epochs) or int(result.epochs[-1]["epoch"])
+    logger.info("trained epochs %d..%d in %.1f s; kept epoch %d", result.resumed_from + 1,
+                int(result.epochs[-1]["epoch"]), timer.seconds, kept)
     return VariantRun(result=result, drafter_config=drafter.cfg, data_sha=data_sha,
-                      epochs=tcfg.epochs, world=world)
+                      epochs=len(result.epochs), world=world, kept_epoch=kept)

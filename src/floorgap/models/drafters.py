@@ -50,11 +50,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from floorgap.config import KIND_ORDER
 from floorgap.estimators.topk import logsumexp_gather, topk_divergences
 
 KINDS = ("dflash", "dspark", "prefix_attention")
 OBJECTIVES = ("ce", "kl", "tv")
-ORDER = {"dflash": 0, "dspark": 1, "prefix_attention": 1}
+ORDER = {k: KIND_ORDER[k] for k in KINDS}
 
 
 def even_taps(n_layers: int, k: int) -> list[int]:
@@ -87,6 +88,11 @@ class DrafterConfig:
     target_hidden: int | None = None  # width of one tap feature (filled by build_drafter)
     vocab_size: int | None = None     # filled by build_drafter
     mask_token_id: int | None = None  # default: vocab_size - 1
+    # a trimmed draft vocabulary (EAGLE-3 / FR-Spec style): the target ids the drafter can
+    # propose, ascending; q is exactly zero elsewhere. None: the target's whole vocabulary
+    draft_vocab: list[int] | None = None
+    # a trained embedding for the mask rows in place of the frozen E(mask_token_id)
+    mask_embedding: bool = False
     markov_rank: int = 256
     head_width: int = 512
     head_heads: int = 4
@@ -113,6 +119,16 @@ class DrafterConfig:
         if self.objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {self.objective!r}; expected one of {OBJECTIVES}")
         self.taps = [int(t) for t in self.taps]
+        if self.draft_vocab is not None:
+            self.draft_vocab = [int(t) for t in self.draft_vocab]
+            if not self.draft_vocab or any(b <= a for a, b in
+                                           zip(self.draft_vocab, self.draft_vocab[1:])):
+                raise ValueError("draft_vocab must be non-empty, ascending target ids")
+
+    @property
+    def draft_vocab_size(self) -> int | None:
+        """N, the size of the vocabulary the drafter's head scores (V unless trimmed)."""
+        return len(self.draft_vocab) if self.draft_vocab is not None else self.vocab_size
 
     @property
     def order(self) -> int:
@@ -355,7 +371,7 @@ class PrefixHead(nn.Module):
         self.mlp_norm = RMSNorm(w, cfg.rms_eps)
         self.mlp = SwiGLU(w, cfg.head_mlp)
         self.out_norm = RMSNorm(w, cfg.rms_eps, init=cfg.head_out_scale)
-        self.out = nn.Linear(w, cfg.vocab_size, bias=False)                   # B: [V, W]
+        self.out = nn.Linear(w, cfg.draft_vocab_size, bias=False)             # B: [N, W]
 
     def forward(self, e: Tensor, h: Tensor, ctx: Tensor, prefix_mask: Tensor,
                 feature_index: Tensor | None = None) -> Tensor:
@@ -400,10 +416,10 @@ class MarkovHead(nn.Module):
     """DSpark's vanilla low-rank transition bias B(A[a]): ``markov_w1`` (A, an embedding
     [V, r]) then ``markov_w2`` (B, a map r -> V with weight [V, r]), the engines' names."""
 
-    def __init__(self, vocab_size: int, rank: int) -> None:
+    def __init__(self, vocab_size: int, rank: int, out_size: int | None = None) -> None:
         super().__init__()
-        self.markov_w1 = nn.Embedding(vocab_size, rank)
-        self.markov_w2 = nn.Linear(rank, vocab_size, bias=False)
+        self.markov_w1 = nn.Embedding(vocab_size, rank)              # any predecessor
+        self.markov_w2 = nn.Linear(rank, out_size or vocab_size, bias=False)  # draft vocab
 
     def forward(self, prev: Tensor) -> tuple[Tensor, Tensor]:
         """Bias over the vocabulary and the rank-r embedding of the predecessors ``prev``."""
@@ -440,7 +456,7 @@ class Drafter(nn.Module):
         self.head: PrefixHead | None = None
         self.confidence_head: ConfidenceHead | None = None
         if cfg.kind == "dspark":
-            self.markov_head = MarkovHead(cfg.vocab_size, cfg.markov_rank)
+            self.markov_head = MarkovHead(cfg.vocab_size, cfg.markov_rank, cfg.draft_vocab_size)
             self.confidence_head = ConfidenceHead(d + cfg.markov_rank)
         elif cfg.kind == "prefix_attention":
             self.head = PrefixHead(cfg, embed_dim)
@@ -448,6 +464,24 @@ class Drafter(nn.Module):
         self.apply(self._init)
         if self.markov_head is not None:
             nn.init.zeros_(self.markov_head.markov_w2.weight)  # untrained Markov head == backbone
+        ids = t2d = None
+        if cfg.draft_vocab is not None:
+            ids = torch.tensor(cfg.draft_vocab, dtype=torch.long)
+            if int(ids[-1]) >= cfg.vocab_size:
+                raise ValueError(f"draft_vocab holds ids past the target's {cfg.vocab_size}")
+            t2d = torch.full((cfg.vocab_size,), -1, dtype=torch.long)
+            t2d[ids] = torch.arange(len(ids))
+        # not persistent: rebuilt from the config, so files carry them only where an engine
+        # needs them (the export writes d2t)
+        self.draft_ids: Tensor | None
+        self.target_to_draft: Tensor | None
+        self.register_buffer("draft_ids", ids, persistent=False)
+        self.register_buffer("target_to_draft", t2d, persistent=False)
+        self.mask_embed: nn.Parameter | None = None
+        if cfg.mask_embedding:
+            # random at the scale of the target's own token embeddings
+            scale = float(embed.weight.detach().float().std())
+            self.mask_embed = nn.Parameter(torch.randn(embed_dim) * scale)
 
     def _init(self, m: nn.Module) -> None:
         # Module.apply visits children first, so a ShortConv re-zeroes its gates afterwards.
@@ -463,6 +497,31 @@ class Drafter(nn.Module):
         return int(self.cfg.vocab_size)  # type: ignore[arg-type]
 
     @property
+    def trimmed(self) -> bool:
+        return self.draft_ids is not None
+
+    def to_target_ids(self, idx: Tensor) -> Tensor:
+        """Target token ids of draft-vocabulary indices (the identity on a full vocabulary)."""
+        return idx if self.draft_ids is None else self.draft_ids[idx]
+
+    def full_vocab(self, logits: Tensor) -> Tensor:
+        """Draft-vocabulary logits [..., N] -> target-vocabulary logits [..., V], -inf outside
+        the draft vocabulary (q is zero there)."""
+        if self.draft_ids is None:
+            return logits
+        out = logits.new_full((*logits.shape[:-1], self.vocab_size), float("-inf"))
+        return out.index_copy(-1, self.draft_ids, logits)
+
+    def draft_targets(self, top: TopKTargets) -> tuple[TopKTargets, Tensor | None]:
+        """The stored top-K of p in draft-vocabulary indices and which of them lie inside the
+        draft vocabulary (None on a full vocabulary)."""
+        if self.target_to_draft is None:
+            return top, None
+        idx = self.target_to_draft[top.ids]
+        valid = idx >= 0
+        return TopKTargets(ids=idx.clamp_min(0), vals=top.vals), valid
+
+    @property
     def gamma(self) -> int:
         return self.cfg.gamma
 
@@ -474,20 +533,31 @@ class Drafter(nn.Module):
     def embed(self, ids: Tensor) -> Tensor:
         return self._shared.embed(ids).to(self.backbone.fc.weight.dtype)
 
+    def head_weight(self) -> Tensor:
+        """The rows of the target's output head the drafter scores: [N, D] (all V rows unless
+        the draft vocabulary is trimmed)."""
+        w = self._shared.head.weight
+        return w if self.draft_ids is None else w.index_select(0, self.draft_ids.to(w.device))
+
     def lm_head(self, h: Tensor) -> Tensor:
-        """The target's output head on h: float32 logits, or under autocast logits in the
-        autocast precision (the loss reads them in float32 itself)."""
+        """The target's output head (its draft-vocabulary rows) on h: float32 logits [..., N],
+        or under autocast logits in the autocast precision (the loss reads them in float32)."""
         head = self._shared.head
+        bias = head.bias
+        if bias is not None and self.draft_ids is not None:
+            bias = bias[self.draft_ids]
         kind = h.device.type
-        if not torch.is_autocast_enabled(kind):
+        key = (torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else
+               head.weight.dtype, head.weight.data_ptr(), head.weight._version)
+        if self.draft_ids is None and not torch.is_autocast_enabled(kind):
             return head(h.to(head.weight.dtype)).float()
-        # autocast recasts a frozen weight at every call (it caches only trainable leaves): the
-        # V x D head is cast once per precision instead (its version guards against edits)
-        dtype = torch.get_autocast_dtype(kind)
-        key = (dtype, head.weight.data_ptr(), head.weight._version)
+        # autocast recasts a frozen weight at every call (it caches only trainable leaves), and
+        # a trimmed head is a gather: the N x D rows are cast or gathered once (the weight's
+        # version guards against edits)
         if self._head_cast is None or self._head_cast[0] != key:
-            self._head_cast = (key, head.weight.detach().to(dtype))
-        return F.linear(h.to(dtype), self._head_cast[1], head.bias)
+            self._head_cast = (key, self.head_weight().detach().to(key[0]))
+        out = F.linear(h.to(key[0]), self._head_cast[1], bias)
+        return out if torch.is_autocast_enabled(kind) else out.float()
 
     # ---- passes
     def _block(self, features: Tensor, committed: Tensor, prefix_mask: Tensor | None,
@@ -504,10 +574,16 @@ class Drafter(nn.Module):
             prefix_mask = torch.ones(b, features.shape[1], dtype=torch.bool,
                                      device=features.device)
         rows = self.cfg.block_rows
-        ids = torch.full((b, rows), self.cfg.mask_token_id, dtype=torch.long,
-                         device=features.device)
-        ids[:, 0] = committed.view(b)
-        h, ctx = self.backbone(features, self.embed(ids), prefix_mask, feature_index)
+        if self.mask_embed is None:
+            ids = torch.full((b, rows), self.cfg.mask_token_id, dtype=torch.long,
+                             device=features.device)
+            ids[:, 0] = committed.view(b)
+            block_in = self.embed(ids)
+        else:
+            first = self.embed(committed.view(b, 1))
+            mask = self.mask_embed.to(first.dtype).expand(b, rows - 1, -1)
+            block_in = torch.cat([first, mask], dim=1)
+        h, ctx = self.backbone(features, block_in, prefix_mask, feature_index)
         if not self.cfg.sample_from_anchor:
             h = h[:, 1:]
         return h, ctx, self.lm_head(h), prefix_mask
@@ -553,10 +629,11 @@ class Drafter(nn.Module):
         return u.gather(-1, succ)[:, :, None, :] + corr
 
     def _scatter(self, scores: Tensor, succ: Tensor) -> Tensor:
-        """Scores over nominated successors [B, G, K] -> logits [B, G, V], -inf elsewhere."""
+        """Scores over nominated successors [B, G, K] (draft-vocabulary indices) -> logits
+        [B, G, V] over the target's vocabulary, -inf elsewhere."""
         out = torch.full((*succ.shape[:2], self.cfg.vocab_size), float("-inf"),
                          device=scores.device, dtype=scores.dtype)
-        return out.scatter(-1, succ, scores)
+        return out.scatter(-1, self.to_target_ids(succ), scores)
 
     @torch.no_grad()
     def propose(self, features: Tensor, committed: Tensor, predecessors: Tensor | None = None,
@@ -572,12 +649,12 @@ class Drafter(nn.Module):
         """
         h, ctx, u, pm = self._block(features, committed, prefix_mask)
         if self.cfg.kind == "dflash":
-            return u
+            return self.full_vocab(u)
         if predecessors is None:
             raise ValueError(f"{self.cfg.kind} needs predecessors")
         pred = self._shift(committed, predecessors, self.cfg.gamma)
         if self.cfg.kind == "dspark":
-            return self._order1(h, ctx, u, pm, pred)[0]
+            return self.full_vocab(self._order1(h, ctx, u, pm, pred)[0])
         succ = u.topk(self.cfg.nominate_k, dim=-1).indices                    # [B, G, K]
         scores = self._pair_scores(h, ctx, u, pm, pred[:, :, None], succ)[:, :, 0]
         return self._scatter(scores, succ)
@@ -600,12 +677,12 @@ class Drafter(nn.Module):
         ks = list(range(self.cfg.gamma)) if slots is None else [int(k) for k in slots]
         h, ctx, u, pm = self._block(features, committed, prefix_mask)
         m = predecessors.shape[0]
-        u = u[:, ks]                                                          # [1, S, V]
+        u = u[:, ks]                                                          # [1, S, N]
         if self.cfg.kind == "dflash":
-            return u.expand(m, -1, -1)
+            return self.full_vocab(u).expand(m, -1, -1)
         pred = self._shift(committed.view(1).expand(m), predecessors, self.cfg.gamma)[:, ks]
         if self.cfg.kind == "dspark":
-            return u + self.markov_head(pred)[0].float()                      # [M, S, V]
+            return self.full_vocab(u + self.markov_head(pred)[0].float())     # [M, S, V]
         succ = u.topk(self.cfg.nominate_k, dim=-1).indices                    # [1, S, K]
         # the M predecessors are M hypotheses of one context: [1, S, M] -> scores [1, S, M, K]
         scores = self._pair_scores(h[:, ks], ctx, u, pm, pred.T[None], succ)[0]
@@ -629,19 +706,21 @@ class Drafter(nn.Module):
         b, g = u.shape[:2]
         if self.cfg.kind == "dflash":
             tokens = torch.stack([_pick(u[:, k], temperature, generator) for k in range(g)], 1)
-            return Draft(tokens=tokens, logits=u)
+            return Draft(tokens=self.to_target_ids(tokens), logits=self.full_vocab(u))
         if self.cfg.kind == "dspark":
             tokens, rows, prev = [], [], committed.view(b)
             for k in range(g):
                 row = u[:, k] + self.markov_head(prev)[0].float()
-                prev = _pick(row, temperature, generator)
+                prev = self.to_target_ids(_pick(row, temperature, generator))
                 tokens.append(prev)
                 rows.append(row)
-            return Draft(tokens=torch.stack(tokens, 1), logits=torch.stack(rows, 1))
+            return Draft(tokens=torch.stack(tokens, 1),
+                         logits=self.full_vocab(torch.stack(rows, 1)))
         kk = self.cfg.nominate_k
         succ = u.topk(kk, dim=-1).indices                                     # [B, G, K]
         # predecessor hypotheses: slot 0 -> committed (repeated), slot k -> slot k-1's nominees
-        pred = torch.cat([committed.view(b, 1, 1).expand(b, 1, kk), succ[:, :-1]], dim=1)
+        pred = torch.cat([committed.view(b, 1, 1).expand(b, 1, kk),
+                          self.to_target_ids(succ[:, :-1])], dim=1)
         scores = self._pair_scores(h, ctx, u, pm, pred, succ)                 # [B, G, K, K]
         ar = torch.arange(b, device=u.device)
         row_idx = torch.zeros(b, dtype=torch.long, device=u.device)
@@ -649,7 +728,7 @@ class Drafter(nn.Module):
         for k in range(g):
             row = scores[ar, k, row_idx]                                      # [B, K]
             j = _pick(row, temperature, generator)
-            tokens.append(succ[ar, k, j])
+            tokens.append(self.to_target_ids(succ[ar, k, j]))
             rows.append(row)
             row_idx = j
         logits = self._scatter(torch.stack(rows, 1), succ)
@@ -687,26 +766,40 @@ class Drafter(nn.Module):
         if needs_p and targets is None:
             raise ValueError(f"the {objective} objective of a {self.cfg.kind} drafter needs "
                              "the target's distributions")
-        top = TopKTargets.of(targets) if targets is not None else None
-        div = topk_divergences(logits, top.ids, top.vals) if needs_p else {}
+        top = valid = None
+        if targets is not None:
+            top, valid = self.draft_targets(TopKTargets.of(targets))
+        div = topk_divergences(logits, top.ids, top.vals, valid) if needs_p else {}
+        honest = div
+        if valid is not None and needs_p:
+            # the objective fits p restricted to the draft vocabulary (the best q it can hold);
+            # the TV reported stays against the whole p, charging the mass outside
+            inside = torch.where(valid, top.vals.float(), torch.zeros_like(top.vals.float()))
+            kept = (1 - (top.vals.float() - inside).sum(-1, keepdim=True)).clamp_min(1e-12)
+            div = topk_divergences(logits, top.ids, inside / kept, valid)
         if objective == "ce":
-            ce = F.cross_entropy(logits.float().reshape(-1, v), block_tokens.reshape(-1),
-                                 reduction="none").view(b, g)
+            tok = block_tokens if self.target_to_draft is None else \
+                self.target_to_draft[block_tokens]
+            ce = F.cross_entropy(logits.float().reshape(-1, v), tok.reshape(-1),
+                                 reduction="none", ignore_index=-1).view(b, g)
             total = reduce(ce)
         else:
             total = reduce(div[objective])
         parts = {objective: float(total.detach())}
-        if "tv" in div and objective != "tv":
-            parts["tv"] = float(reduce(div["tv"]).detach())
+        if "tv" in honest and (objective != "tv" or honest is not div):
+            parts["tv"] = float(reduce(honest["tv"]).detach())
         if output.confidence is not None:
             conf = output.confidence.float().clamp(1e-6, 1 - 1e-6)
-            accept = (1 - div["tv"]).detach().clamp(0.0, 1.0)
+            accept = (1 - honest["tv"]).detach().clamp(0.0, 1.0)
             l_conf = reduce(F.binary_cross_entropy(conf, accept, reduction="none"))
             total = total + self.cfg.conf_weight * l_conf
             parts["conf"] = float(l_conf.detach())
         if self.cfg.kind == "prefix_attention":
             k = min(self.cfg.nominate_k, top.ids.shape[-1])
-            p_nom = top.vals[..., :k] / top.vals[..., :k].sum(-1, keepdim=True).clamp_min(1e-12)
+            p_nom = top.vals[..., :k].float()
+            if valid is not None:  # nominations live in the draft vocabulary
+                p_nom = torch.where(valid[..., :k], p_nom, torch.zeros_like(p_nom))
+            p_nom = p_nom / p_nom.sum(-1, keepdim=True).clamp_min(1e-12)
             lse, picked = logsumexp_gather(output.base_logits, top.ids[..., :k])
             logq = picked - lse.unsqueeze(-1)
             l_nom = reduce(-(p_nom * logq).sum(-1))

@@ -21,6 +21,16 @@ Formats (:data:`FORMATS`)
                  dspark-style config plus ``floorgap_config`` (the full ``DrafterConfig``). No
                  serving engine loads it.
 
+Trimmed vocabulary and mask embedding (both as vLLM's DFlash model, ``qwen3_dflash.py``, and
+EAGLE-3 load them). A drafter with a draft vocabulary of N tokens writes ``draft_vocab_size: N``
+at the top level (``vocab_size`` stays the target's), its head rows as ``lm_head.weight``
+[N, hidden] and ``d2t`` (int64 [N], the offset of draft index i: target id = i + d2t[i]); no
+``t2d`` (vLLM skips it). SGLang's DFlash has no reduced draft vocabulary (its draft borrows
+the target's head), so such a folder serves in vLLM only. A trained mask embedding is written
+as ``mask_embedding.pt``, ``{"embedding": [hidden], "mask_token_id": id}``, the file both
+vLLM and SGLang read beside the weights (vLLM ignores a mask tensor inside the safetensors);
+the config keeps the mask token id the engines feed.
+
 Row convention. A DFlash block has gamma + 1 rows [committed, mask x gamma] and row k + 1
 proposes slot k (engine ``block_size`` B gives B - 1 drafts): ``block_size = gamma + 1``.
 DSpark and prefix attention sample from the anchor: gamma rows, row k proposes slot k, so
@@ -60,6 +70,7 @@ __all__ = [
 FORMATS = ("dflash", "dspark", "speculators", "floorgap")
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+MASK_EMBEDDING_FILE = "mask_embedding.pt"
 INDEX_FILE = "model.safetensors.index.json"
 DEFAULT_MAX_POSITIONS = 40960  # Qwen3's; engines size their rotary cache by it
 
@@ -70,6 +81,8 @@ _FLOORGAP_ARCH = {"dflash": "FloorgapDFlashDraftModel", "dspark": "FloorgapDSpar
 _OWN_PREFIXES = ("markov_head.", "confidence_head.", "head.")  # kept as is in files
 _SHARED_PREFIXES = ("embed_tokens.", "lm_head.")                 # the target's tables
 _EXTRAS = ("short_conv", "slot_embeddings")                      # no engine has these modules
+_VOCAB_MAPS = ("d2t", "t2d")                                     # a trimmed vocabulary's maps
+_MASK_PARAM = "mask_embed"                                       # in mask_embedding.pt
 
 
 # --------------------------------------------------------------------------------------------
@@ -85,9 +98,10 @@ def _drafter_name(file_name: str) -> str | None:
     """The ``state_dict`` name of file tensor ``file_name``; None for tensors that are not the
     drafter's own (the target's shared tables, rotary caches), which engines may store."""
     name = file_name.removeprefix("model.")
-    if name.startswith(_SHARED_PREFIXES) or "rotary_emb" in name.split("."):
+    if (name.startswith(_SHARED_PREFIXES) or "rotary_emb" in name.split(".")
+            or name in _VOCAB_MAPS):
         return None
-    return name if name.startswith(_OWN_PREFIXES) else f"backbone.{name}"
+    return name if name.startswith(_OWN_PREFIXES) or name == _MASK_PARAM else f"backbone.{name}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -116,8 +130,16 @@ def export_drafter(drafter: Drafter, folder: str | os.PathLike[str], fmt: str, *
     config = _export_config(cfg, fmt, dtype, depth, max_position_embeddings,
                             target_name, target_architecture)
     tensors = {file_tensor_name(k): v.detach().to("cpu", dtype).contiguous()
-               for k, v in drafter.state_dict().items()}
-    return _write_folder(Path(folder), config, tensors)
+               for k, v in drafter.state_dict().items() if k != _MASK_PARAM}
+    if drafter.trimmed:
+        ids = drafter.draft_ids.detach().to("cpu", torch.int64)
+        tensors["d2t"] = ids - torch.arange(len(ids), dtype=torch.int64)
+        tensors["lm_head.weight"] = drafter.head_weight().detach().to("cpu", dtype).contiguous()
+    mask = None
+    if drafter.mask_embed is not None:
+        mask = {"embedding": drafter.mask_embed.detach().to("cpu", dtype).contiguous(),
+                "mask_token_id": int(cfg.mask_token_id)}
+    return _write_folder(Path(folder), config, tensors, mask)
 
 
 def _check_exportable(cfg: DrafterConfig, fmt: str) -> None:
@@ -185,7 +207,11 @@ def _export_config(cfg: DrafterConfig, fmt: str, dtype: torch.dtype, depth: int,
     if cfg.kind != "dflash":
         config.update(mask_token_id=cfg.mask_token_id, sample_from_anchor=True,
                       enable_confidence_head=True)
+    if cfg.draft_vocab is not None:
+        config["draft_vocab_size"] = cfg.draft_vocab_size
     if fmt == "floorgap":
+        # the import reads the vocabulary from d2t and the mask embedding from its file, as in
+        # the other layouts
         config.update(sample_from_anchor=cfg.sample_from_anchor, floorgap_config=asdict(cfg))
     return config
 
@@ -196,7 +222,7 @@ def _speculators_config(cfg: DrafterConfig, qwen3: dict[str, Any], target_name: 
         "architectures": [_SPECULATORS_ARCH[cfg.kind]],
         "speculators_model_type": cfg.kind,
         "transformer_layer_config": qwen3,
-        "draft_vocab_size": cfg.vocab_size,
+        "draft_vocab_size": cfg.draft_vocab_size,
         "block_size": cfg.block_rows,
         "target_hidden_size": cfg.target_hidden,
         "aux_hidden_state_layer_ids": [t + 1 for t in cfg.taps],
@@ -217,10 +243,12 @@ def _speculators_config(cfg: DrafterConfig, qwen3: dict[str, Any], target_name: 
 
 
 # An export's own files, and the marker Snakemake leaves in a directory output.
-_EXPORT_FILES = (CONFIG_FILE, WEIGHTS_FILE, INDEX_FILE, ".snakemake_timestamp")
+_EXPORT_FILES = (CONFIG_FILE, WEIGHTS_FILE, INDEX_FILE, MASK_EMBEDDING_FILE,
+                 ".snakemake_timestamp")
 
 
-def _write_folder(dest: Path, config: dict[str, Any], tensors: dict[str, Tensor]) -> Path:
+def _write_folder(dest: Path, config: dict[str, Any], tensors: dict[str, Tensor],
+                  mask: dict[str, Any] | None = None) -> Path:
     from safetensors.torch import save_file
 
     if dest.exists() and not _is_export(dest):
@@ -230,6 +258,9 @@ def _write_folder(dest: Path, config: dict[str, Any], tensors: dict[str, Tensor]
     try:
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        if mask is not None:
+            with open(tmp / MASK_EMBEDDING_FILE, "wb") as fh:
+                torch.save(mask, fh)   # a file object: the bytes do not depend on its name
         # mkdtemp makes a 0700 folder; give the export the permissions of an ordinary folder
         umask = os.umask(0)
         os.umask(umask)
@@ -379,10 +410,6 @@ def _speculators_fields(config: Mapping[str, Any], where: str) -> dict[str, Any]
         raise ValueError(f"{where}: speculators model type {kind!r} is not supported; expected "
                          f"one of {sorted(_SPECULATORS_ARCH)}")
     out = _layer_fields(_need(config, "transformer_layer_config", where), where)
-    draft_vocab = config.get("draft_vocab_size", out["vocab_size"])
-    if int(draft_vocab) != out["vocab_size"]:
-        raise ValueError(f"{where}: a reduced draft vocabulary ({draft_vocab} of "
-                         f"{out['vocab_size']}) is not supported")
     aux = _need(config, "aux_hidden_state_layer_ids", where)
     taps = [int(t) - 1 for t in aux]  # hidden_states[0] is the embedding output
     return _block_fields(out, config, kind, int(_need(config, "block_size", where)), taps,
@@ -538,12 +565,65 @@ def import_drafter(folder: str | os.PathLike[str], target_model: nn.Module, *,
     _, cfg_fields = read_engine_config(folder, fmt)
     cfg_fields = _with_gamma(cfg_fields, gamma, where)
     _check_target(cfg_fields, target_model, where)
+    tensors = read_weights(folder)
+    mask = _read_mask_embedding(folder, cfg_fields.get("mask_token_id"), where)
+    cfg_fields = {**cfg_fields, "mask_embedding": mask is not None,
+                  "draft_vocab": _draft_vocabulary(config, tensors, target_model, where)}
     drafter = build_drafter(DrafterConfig(**cfg_fields), target_model)
     optional = {"confidence_head.proj.bias"}
     if not config.get("enable_confidence_head", True):
         optional.add("confidence_head.proj.weight")
-    _load_strict(drafter, read_weights(folder), where, optional)
+    if mask is not None:
+        tensors = {**tensors, _MASK_PARAM: mask}
+    _load_strict(drafter, tensors, where, optional)
     return drafter
+
+
+def _draft_vocabulary(config: Mapping[str, Any], tensors: Mapping[str, Tensor],
+                      target_model: nn.Module, where: str) -> list[int] | None:
+    """The target ids of a trimmed draft vocabulary (``draft_vocab_size`` below the target's
+    vocabulary, ``d2t`` offsets, ``lm_head.weight`` the target's rows there); None for a
+    full one. A head of its own (rows that are not the target's) is refused: the drafter
+    shares the target's head."""
+    head = target_model.get_output_embeddings().weight
+    vocab = int(head.shape[0])
+    n = config.get("draft_vocab_size")
+    if n is None or int(n) == vocab:
+        return None
+    n = int(n)
+    d2t = tensors.get("d2t", tensors.get("model.d2t"))
+    if d2t is None or tuple(d2t.shape) != (n,):
+        raise ValueError(f"{where}: draft_vocab_size {n} needs a d2t tensor of shape ({n},) "
+                         "(target id = draft index + d2t)")
+    ids = torch.arange(n, dtype=torch.int64) + d2t.to(torch.int64)
+    if bool((ids < 0).any() or (ids >= vocab).any()) or bool((ids[1:] <= ids[:-1]).any()):
+        raise ValueError(f"{where}: d2t maps the draft vocabulary outside the target's "
+                         f"{vocab} tokens or not in ascending order")
+    rows = tensors.get("lm_head.weight")
+    if rows is None:
+        raise ValueError(f"{where}: a trimmed vocabulary needs lm_head.weight [{n}, hidden] "
+                         "(engines size the draft head by draft_vocab_size)")
+    mine = head.detach().to("cpu")[ids].to(rows.dtype)
+    if tuple(rows.shape) != tuple(mine.shape) or not torch.equal(rows, mine):
+        raise ValueError(f"{where}: lm_head.weight is not the target's output head at the "
+                         "d2t rows; a draft head of its own is not supported")
+    return ids.tolist()
+
+
+def _read_mask_embedding(folder: Path, mask_token_id: int | None, where: str) -> Tensor | None:
+    """The trained mask embedding of ``mask_embedding.pt`` (a tensor, or ``{"embedding",
+    "mask_token_id"}`` whose id must be the config's), or None."""
+    path = folder / MASK_EMBEDDING_FILE
+    if not path.is_file():
+        return None
+    obj = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(obj, Mapping):
+        if mask_token_id is not None and int(obj.get("mask_token_id", mask_token_id)) != \
+                int(mask_token_id):
+            raise ValueError(f"{where}: {MASK_EMBEDDING_FILE} is for mask token "
+                             f"{obj['mask_token_id']}, config.json says {mask_token_id}")
+        obj = obj["embedding"]
+    return obj.reshape(-1)
 
 
 # --------------------------------------------------------------------------------------------

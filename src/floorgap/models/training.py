@@ -97,7 +97,9 @@ class TrainConfig:
     ``batch_size`` is the global batch (split across data-parallel ranks). ``warmup_steps`` is a
     linear warm-up; ``schedule`` is ``"cosine"`` (decay to ``min_lr_ratio * lr`` at the end of
     ``epochs``), ``"linear"`` or ``"constant"``. ``vocab_size`` is needed only for sparse top-K
-    targets when the model has no ``vocab_size`` attribute.
+    targets when the model has no ``vocab_size`` attribute. With an ``evaluate`` function
+    given to :func:`train`, every epoch is scored on held-out data (lower is better) and
+    ``patience`` stops the run once that many epochs in a row have not improved on the best.
     """
 
     epochs: int = 1
@@ -121,9 +123,10 @@ class TrainConfig:
     autocast_dtype: str | None = None
     device: str | None = None
     find_unused_parameters: bool = False
+    patience: int | None = None
 
     # Fields that may change between a run and its resumption without changing the trajectory.
-    _VOLATILE = ("checkpoint_dir", "log_every", "device", "epochs")
+    _VOLATILE = ("checkpoint_dir", "log_every", "device", "epochs", "patience")
 
     def fingerprint(self) -> str:
         """SHA-256 over the fields that determine the trajectory (``epochs`` is checked apart)."""
@@ -531,6 +534,7 @@ class _Run:
     ckpt_dir: Path | None
     fingerprints: tuple[str, str, str]  # training config, frozen tables, trainable layout
     before_step: Callable[[dict[str, Any]], None] | None
+    evaluate: Callable[[nn.Module], dict[str, Any]] | None = None
     bar: Any = None
     global_step: int = 0
     tokens: int = 0
@@ -674,6 +678,11 @@ def _finish_epoch(run: _Run, epoch: int, totals: _Totals, steps: int, t0: float)
     record = {"kind": "epoch", "epoch": epoch + 1, "step": run.global_step, "steps": steps,
               "examples": int(tot.examples), "tokens": int(tot.tokens), **tot.means(),
               "seconds": seconds, "tokens_per_s": tot.tokens / max(seconds, 1e-12)}
+    if run.evaluate is not None:
+        run.wrapped.eval()
+        with torch.no_grad():
+            record["heldout"] = run.evaluate(run.core)
+        run.wrapped.train()
     if run.rank == 0:
         run.log.write(record)
     else:
@@ -707,16 +716,35 @@ def _train_epoch(run: _Run, epoch: int) -> None:
     _finish_epoch(run, epoch, totals, len(batches), t0)
 
 
+def best_epoch(epochs: Sequence[Mapping[str, Any]]) -> int | None:
+    """The 1-based epoch with the lowest held-out score (the first on ties); None when no
+    epoch was scored."""
+    scored = [(float(r["heldout"]["score"]), int(r["epoch"])) for r in epochs if "heldout" in r]
+    return min(scored)[1] if scored else None
+
+
+def _patience_spent(epochs: Sequence[Mapping[str, Any]], patience: int | None) -> bool:
+    """Whether the last ``patience`` scored epochs all came after the best one."""
+    best = best_epoch(epochs)
+    if patience is None or best is None:
+        return False
+    return int(epochs[-1]["epoch"]) - best >= patience
+
+
 def train(model: nn.Module, dataset: Sequence[Mapping[str, torch.Tensor]] | StackedExamples,
           config: TrainConfig, *, resume: bool = True, progress: bool = True,
-          before_step: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
+          before_step: Callable[[dict[str, Any]], None] | None = None,
+          evaluate: Callable[[nn.Module], dict[str, Any]] | None = None) -> TrainResult:
     """Train ``model`` on ``dataset`` for ``config.epochs`` epochs (see the module docstring).
 
     ``before_step(info)`` is called on every rank after the backward pass and gradient
     clipping, before the optimiser step, with ``info = {"epoch", "step", "global_step",
     "model", "loss", "parts"}`` (``model`` unwrapped): a place to inspect gradients or to
     stop a run. With a ``checkpoint_dir`` and ``resume``, training continues after the newest
-    complete checkpoint there. Returns the per-epoch records of all epochs so far.
+    complete checkpoint there. ``evaluate(model)`` (no gradients, eval mode) scores every
+    epoch on held-out data: its dict, with a ``score`` (lower is better), goes into the epoch
+    record as ``heldout``, and ``config.patience`` ends the run early (a resumed run applies
+    the rule to the epochs it restored). Returns the per-epoch records of all epochs so far.
     """
     rank, world = _dist_info()
     device = _resolve_device(config)
@@ -739,18 +767,23 @@ def train(model: nn.Module, dataset: Sequence[Mapping[str, torch.Tensor]] | Stac
     run = _Run(config=config, dataset=dataset, rank=rank, world=world, device=device, core=core,
                wrapped=_data_parallel(core, config, device, world), trainable=trainable,
                optimizer=optimizer, scheduler=scheduler, log=log, ckpt_dir=ckpt_dir,
-               fingerprints=fingerprints, before_step=before_step,
+               fingerprints=fingerprints, before_step=before_step, evaluate=evaluate,
                global_step=start_epoch * steps_per_epoch, last_ckpt=last_ckpt)
     run.bar = _progress_bar(progress and rank == 0, steps_per_epoch * config.epochs,
                             run.global_step, "drafter")
     run.wrapped.train()
+    def done() -> list[dict[str, Any]]:
+        return [r for r in run.log.records if r.get("kind") == "epoch"]
+
     try:
         for epoch in range(start_epoch, config.epochs):
+            if _patience_spent(done(), config.patience):
+                break
             _train_epoch(run, epoch)
     finally:
         if run.bar is not None:
             run.bar.close()
-    return TrainResult(epochs=[r for r in run.log.records if r.get("kind") == "epoch"],
+    return TrainResult(epochs=done(),
                        steps=run.global_step,
                        tokens_per_s=run.tokens / run.seconds if run.seconds else 0.0,
                        seconds=run.seconds, resumed_from=start_epoch,

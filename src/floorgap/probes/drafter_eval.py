@@ -329,6 +329,10 @@ def load_trained_drafter(path: str | Path, target: Any, gamma: int | None = None
         drafter.requires_grad_(False)
         return drafter
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    if "lookup_format" in ckpt:
+        from floorgap.models.lookup import LookupProposal
+
+        return LookupProposal.from_record(ckpt)
     cfg = ckpt.get("drafter_config")
     if cfg is None and isinstance(ckpt.get("config"), dict) and "kind" in ckpt["config"]:
         cfg = ckpt["config"]

@@ -201,8 +201,8 @@ def _round_proposals(drafter: Any, feats: Any, y: list[int], starts: list[int], 
         paths = torch.tensor([[y[min(n + j, len(y) - 1)] for j in range(gamma)] for n in part],
                              device=device)
         index = torch.zeros(len(part), dtype=torch.long, device=device)
-        out.append(drafter(feats, committed, paths, prefix_mask=mask,
-                           feature_index=index).logits.double())
+        logits = drafter(feats, committed, paths, prefix_mask=mask, feature_index=index).logits
+        out.append(drafter.full_vocab(logits).double())   # a trimmed head: -inf outside it
     return torch.cat(out)
 
 

@@ -1,12 +1,18 @@
 """Paper items of Appendix E, the drafter budget study: Fig. E and Table E.
 
 Both read ``results/<target>/gaps/budget.parquet`` (``floorgap gaps`` over the ``budget``
-evaluation group: every epoch of each study drafter, labelled ``<drafter>@epoch-<e>``) and
-each study drafter's training log (``drafters/<drafter>/train_log.jsonl``, whose epoch records
-count the blocks trained on). ``spec["budget"]`` holds the config entry of every study drafter
-(kind, layers, objective, init, blocks) and ``spec["train_epochs"]`` its epochs.
+evaluation group: every epoch of the study's variants, labelled ``<drafter>@epoch-<e>``, and the
+kept weights of each study arm, labelled by its name) and each study drafter's training log
+(``drafters/<drafter>/train_log.jsonl``, whose epoch records count the blocks and optimiser
+steps trained and hold the held-out risk on the training record's held-out sequences).
+``spec["budget"]`` holds the config entry of every study drafter (kind, layers, objective, init,
+vocab, mask_embedding, blocks), ``spec["train_epochs"]`` its epochs and ``spec["budget_variants"]``
+the variants whose every epoch is studied.
 
-The held-out risk is the evaluation probe's on the floor paths: R_k for an order-0 drafter,
+The study keeps data and optimiser steps apart: (a) epochs at fixed data (the variants' epochs),
+(b) data at fixed steps (the arms of the variants' recipe: blocks x epochs about constant), (c)
+one setting changed at a time (the other arms, against the (b) arm with as many blocks). The
+held-out risk is the evaluation probe's on the floor paths: R_k for an order-0 drafter,
 R^oracle_k (all paths) for an order-1 drafter.
 """
 
@@ -18,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from floorgap.reports.common import fmt, item_figure, macro_name, save_item_figure
@@ -30,14 +37,19 @@ from floorgap.reports.gap_items import (
 
 __all__ = ["figE_drafter_learning", "tableE_drafter_budget", "study_runs"]
 
+#: The first-slot risk the study's extrapolation aims at (the drafter-convergence target).
+TARGET_RISK_FIRST = 0.50
+#: The settings that make a recipe (everything but the amount of data and of training).
+RECIPE_KEYS = ("kind", "layers", "objective", "init", "vocab", "mask")
+
 
 def _risk_statistic(s: GapSummary, label: str) -> str:
     """R for an order-0 drafter, R^oracle on every path for an order-1 drafter."""
     return "R" if s.get("order", label) == 0 else "R_oracle_all"
 
 
-def _trained_blocks(inputs: Mapping[str, Path], drafter: str) -> int:
-    """Blocks of one training epoch, from the drafter's training log."""
+def _training_log(inputs: Mapping[str, Path], drafter: str) -> list[dict[str, Any]]:
+    """The epoch records of one study drafter's training log."""
     path = inputs.get(f"log_{drafter}")
     if path is None:
         raise ValueError(f"no training log given for the study drafter {drafter!r} "
@@ -46,78 +58,132 @@ def _trained_blocks(inputs: Mapping[str, Path], drafter: str) -> int:
               if r.get("kind") == "epoch"]
     if not epochs:
         raise ValueError(f"{path} holds no epoch record")
-    return int(epochs[-1]["examples"])
+    return epochs
 
 
 def study_runs(inputs: Mapping[str, Path], spec: Mapping[str, Any]) -> pd.DataFrame:
-    """One row per study drafter and epoch: its settings, trained blocks and the held-out risk
-    by slot with tau (estimate and interval)."""
+    """One row per evaluated study drafter: its settings, the blocks of one epoch, its epochs
+    and optimiser steps, which weights were evaluated (``epoch`` e of a studied variant, or the
+    ``kept`` weights of an arm: its best held-out epoch), and the held-out risk by slot with
+    tau (estimate and interval)."""
     s = GapSummary(inputs["summary"])
     rows = []
     for label in s.variants:
         parsed = _epoch_of(label)
-        if parsed is None or parsed[0] not in spec["budget"]:
+        drafter, epoch = parsed if parsed is not None else (label, None)
+        if drafter not in spec["budget"]:
             continue
-        drafter, epoch = parsed
         entry = spec["budget"][drafter]
+        log = _training_log(inputs, drafter)
+        trained = int(spec["train_epochs"][drafter])
         stat = _risk_statistic(s, label)
-        row = {"drafter": drafter, "epoch": epoch, "kind": entry["kind"],
+        row = {"drafter": drafter, "epoch": epoch if epoch is not None else trained,
+               "weights": "epoch" if epoch is not None else "kept", "kind": entry["kind"],
                "layers": int(entry["layers"]), "objective": entry.get("objective", "ce"),
-               "init": entry.get("init", "random"), "blocks": _trained_blocks(inputs, drafter),
-               "epochs": int(spec["train_epochs"][drafter]), "risk": stat,
+               "init": entry.get("init", "random"), "vocab": int(entry.get("vocab") or 0),
+               "mask": "embedding" if entry.get("mask_embedding") else "token",
+               "blocks": int(log[-1]["examples"]), "epochs": trained,
+               "steps": int(sum(r.get("steps", 0) for r in log)), "risk": stat,
                "tau": s.get("tau", label), "tau_lower": s.get("tau", label, field="lower"),
                "tau_upper": s.get("tau", label, field="upper"), "label": label}
         for k in s.slots:
             row[f"R_{k}"] = s.get(stat, label, k)
         rows.append(row)
     if not rows:
-        raise ValueError(f"{inputs['summary']} holds no <drafter>@epoch-<e> records of the study "
-                         "drafters (is it the budget summary?)")
-    return pd.DataFrame(rows).sort_values(["kind", "layers", "objective", "init", "blocks",
-                                           "epoch"]).reset_index(drop=True)
+        raise ValueError(f"{inputs['summary']} holds no records of the study drafters (is it "
+                         "the budget summary?)")
+    return pd.DataFrame(rows).sort_values(["kind", "layers", "objective", "init", "vocab",
+                                           "mask", "blocks", "epoch"]).reset_index(drop=True)
 
 
 def _recipe(row: Mapping[str, Any]) -> str:
-    return f"{row['kind']}, {row['layers']}L, {row['objective']}, init {row['init']}"
+    vocab = f"vocab {row['vocab']}" if row["vocab"] else "full vocab"
+    return (f"{row['kind']}, {row['layers']}L, {row['objective']}, init {row['init']}, {vocab}, "
+            f"mask {row['mask']}")
+
+
+def _parts(runs: pd.DataFrame, spec: Mapping[str, Any]
+           ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(a) the studied variants' epochs, (b) the kept arms of their recipe (data at fixed
+    steps), (c) the kept arms of other recipes (one change each)."""
+    runs = runs.assign(recipe=runs.apply(_recipe, axis=1))
+    epochs = runs[runs["weights"] == "epoch"]
+    kept = runs[runs["weights"] == "kept"]
+    base = set(epochs["recipe"]) or set(kept["recipe"].iloc[:1])
+    return epochs, kept[kept["recipe"].isin(base)], kept[~kept["recipe"].isin(base)]
+
+
+def _fit_per_decade(blocks: pd.Series, risk: pd.Series) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of risk on log10(blocks); NaN with fewer than two
+    distinct sizes."""
+    x, y = np.log10(blocks.to_numpy(float)), risk.to_numpy(float)
+    ok = np.isfinite(y)
+    if len(set(x[ok])) < 2:
+        return math.nan, math.nan
+    slope, intercept = np.polyfit(x[ok], y[ok], 1)
+    return float(intercept), float(slope)
 
 
 def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
                           ) -> dict[str, str]:
-    """Fig. E: held-out risk at the first and last slot against training blocks (log axis),
-    one line per recipe and epoch (left: R_0, right: R_{gamma-1})."""
+    """Fig. E: (a) held-out risk at the first and last slot by epoch on all the data (the
+    training log's held-out sequences dotted), (b) against training blocks at a fixed number
+    of optimiser steps (log axis), (c) one setting changed at a time."""
     runs = study_runs(inputs, spec)
     last = max(int(c.split("_")[1]) for c in runs.columns if c.startswith("R_"))
-    runs["recipe"] = runs.apply(_recipe, axis=1)
-    final = runs["epoch"] == runs["epochs"]
-    fig, axes = item_figure(spec, 2)
-    colours: dict[str, Any] = {}
-    # one solid line per recipe through each drafter's final epoch, dashed for earlier epochs
-    curves = [(recipe, "final epoch", grp) for recipe, grp in runs[final].groupby("recipe")]
-    curves += [(recipe, f"epoch {epoch}", grp)
-               for (recipe, epoch), grp in runs[~final].groupby(["recipe", "epoch"])]
-    for recipe, which, grp in curves:
-        grp = grp.sort_values("blocks")
-        for ax, k in zip(axes, (0, last), strict=True):
-            line, = ax.plot(grp["blocks"], grp[f"R_{k}"], marker="o" if len(grp) > 1 else "s",
-                            linestyle="-" if which == "final epoch" else "--",
-                            color=colours.get(recipe), label=f"{recipe}, {which}")
-            colours.setdefault(recipe, line.get_color())
-    for ax, k in zip(axes, (0, last), strict=True):
-        ax.set_xscale("log")
-        ax.set_xlabel("training blocks")
-        ax.set_ylabel(f"held-out risk at slot {k}")
-    axes[1].legend(fontsize="x-small")
+    epochs, data, changes = _parts(runs, spec)
+    fig, axes = item_figure(spec, 3)
+    for drafter, grp in epochs.groupby("drafter"):
+        grp = grp.sort_values("epoch")
+        for k, style in ((0, "o-"), (last, "s--")):
+            axes[0].plot(grp["epoch"], grp[f"R_{k}"], style, label=f"{drafter} $R_{{{k}}}$")
+        log = _training_log(inputs, drafter)
+        held = [r for r in log if "heldout" in r]
+        if held:
+            for k in (0, last):
+                axes[0].plot([r["epoch"] for r in held],
+                             [r["heldout"]["tv_by_slot"][k] for r in held], ":", color="grey",
+                             label="held-out training sequences" if k == 0 else None)
+    axes[0].set_xlabel("epoch (all the data)")
+    if not data.empty:
+        grp = data.sort_values("blocks")
+        for k, style in ((0, "o-"), (last, "s--")):
+            axes[1].plot(grp["blocks"], grp[f"R_{k}"], style, label=f"$R_{{{k}}}$")
+        axes[1].set_xscale("log")
+    axes[1].set_xlabel("training blocks (fixed steps)")
+    ref = {int(b): r for b, r in data.set_index("blocks").iterrows()}
+    names = [f"{r['drafter']}" for _, r in changes.iterrows()]
+    y = np.arange(len(names))
+    if len(names):
+        axes[2].plot(changes["R_0"], y, "o", label="$R_0$")
+        axes[2].plot(changes[f"R_{last}"], y, "s", label=f"$R_{{{last}}}$")
+        for b, r in ref.items():
+            if b in set(changes["blocks"]):
+                axes[2].axvline(r["R_0"], color="grey", linestyle=":", linewidth=1)
+                axes[2].axvline(r[f"R_{last}"], color="grey", linestyle="--", linewidth=1)
+        axes[2].set_yticks(y, names, fontsize="x-small")
+    axes[2].set_xlabel("held-out risk (grey: unchanged recipe)")
+    axes[0].set_ylabel("held-out risk")
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="x-small")
     save_item_figure(fig, "figE_drafter_learning", out_dir, spec)
-    finals = runs[final]
-    best = finals.loc[finals[f"R_{last}"].idxmin()]
-    # how fast the best recipe's final-epoch risk falls over its last stretch of data
-    curve = finals[finals["recipe"] == best["recipe"]].sort_values("blocks")
-    slope = math.nan
-    if len(curve) >= 2 and curve["blocks"].iloc[-1] > curve["blocks"].iloc[-2]:
-        slope = ((curve["R_0"].iloc[-1] - curve["R_0"].iloc[-2])
-                 / math.log10(curve["blocks"].iloc[-1] / curve["blocks"].iloc[-2]))
+    kept = runs[runs["weights"] == "kept"]
+    best = (kept if not kept.empty else runs).sort_values(f"R_{last}").iloc[0]
+    intercept, slope = _fit_per_decade(data["blocks"], data["R_0"]) if len(data) else \
+        (math.nan, math.nan)
+    need = 10 ** ((TARGET_RISK_FIRST - intercept) / slope) if slope < 0 else math.inf
+    best_epoch = (epochs.sort_values("R_0").iloc[0] if not epochs.empty else best)
     return {
         macro_name("budget", "drop", "first"): fmt(-slope, 3),  # per tenfold more blocks
+        macro_name("budget", "target", "risk", "first"): fmt(TARGET_RISK_FIRST, 2),
+        macro_name("budget", "target", "blocks"): (f"{need:,.0f}" if math.isfinite(need)
+                                                   else "no finite number of"),
+        macro_name("budget", "fixed", "steps"): str(int(data["steps"].median()))
+        if len(data) else "0",
+        macro_name("budget", "best", "epoch"): str(int(best_epoch["epoch"])),
+        macro_name("budget", "epochs", "studied"): str(int(epochs["epoch"].max()))
+        if len(epochs) else "0",
         macro_name("budget", "best", "risk", "first"): fmt(best["R_0"], 2),
         macro_name("budget", "best", "risk", "last"): fmt(best[f"R_{last}"], 2),
         macro_name("budget", "best", "blocks"): str(int(best["blocks"])),
@@ -128,28 +194,29 @@ def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
 
 def tableE_drafter_budget(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
                           ) -> dict[str, str]:
-    """Table E: every study drafter at its final epoch: recipe, trained blocks, held-out risk
-    at every slot and the offline accepted length tau with its interval."""
+    """Table E: every study drafter evaluated (the variants by epoch, the arms' kept weights):
+    recipe, blocks, epochs, optimiser steps, held-out risk at every slot and the offline
+    accepted length tau with its interval."""
     runs = study_runs(inputs, spec)
     s = GapSummary(inputs["summary"])
-    final = runs[runs["epoch"] == runs["epochs"]]
     ks = s.slots
     rows = []
-    for _, r in final.iterrows():
-        rows.append([r["drafter"].replace("_", "\\_"), str(r["layers"]), r["objective"],
-                     r["init"], str(int(r["blocks"])), str(int(r["epochs"])),
-                     *[fmt(r[f"R_{k}"], 2) for k in ks], fmt(r["tau"], 2),
-                     _ci(s, "tau", r["label"], digits=2)])
-    header = ["Drafter", "Layers", "Objective", "Init", "Blocks", "Epochs",
+    for _, r in runs.iterrows():
+        name = r["drafter"] + (f" @{r['epoch']}" if r["weights"] == "epoch" else "")
+        rows.append([name.replace("_", "\\_"), str(r["layers"]), r["objective"], r["init"],
+                     str(r["vocab"] or "full"), r["mask"], str(int(r["blocks"])),
+                     str(int(r["steps"])), *[fmt(r[f"R_{k}"], 2) for k in ks],
+                     fmt(r["tau"], 2), _ci(s, "tau", r["label"], digits=2)])
+    header = ["Drafter", "Layers", "Objective", "Init", "Vocab", "Mask", "Blocks", "Steps",
               *[f"$R_{{{k}}}$" for k in ks], "$\\tau$", "95\\% CI"]
     _table(rows, header, "tableE_drafter_budget", out_dir, runs.to_dict("records"))
     values = {}
-    for _, r in final.iterrows():
+    for _, r in runs[runs["weights"] == "kept"].iterrows():
         stem = r["drafter"]
         values[macro_name("budget", stem, "tau")] = fmt(r["tau"], 2)
         values[macro_name("budget", stem, "risk", "first")] = fmt(r["R_0"], 2)
         values[macro_name("budget", stem, "risk", "last")] = fmt(r[f"R_{ks[-1]}"], 2)
         values[macro_name("budget", stem, "blocks")] = str(int(r["blocks"]))
-    if any(not math.isfinite(float(r["tau"])) for _, r in final.iterrows()):
+    if any(not math.isfinite(float(r["tau"])) for _, r in runs.iterrows()):
         raise ValueError("a study drafter has no finite tau; its evaluation records are incomplete")
     return values

@@ -8,8 +8,11 @@ writes its figure (``figures/<name>.pdf`` + ``.png``) or table (``paper/tables/<
 ``item(inputs, spec, out_dir) -> {macro: value}`` with ``inputs["summary"]`` the summary path.
 
 ``spec["roles"]`` names the variants of the roles ``order0`` (the DFlash-style baseline),
-``order1`` (the DSpark-style baseline) and ``ours`` (config ``drafters.roles``); Table 13 also
-takes ``baseline`` and ``arms``; figures also take the plotting options.
+``order1`` (the DSpark-style baseline) and ``ours`` (config ``drafters.roles``);
+``spec["lookups"]`` maps the lookup tables evaluated beside them (config ``drafters.lookups``)
+to their kinds: Tables 5, 6, 12 give them rows and Figs. 4, 7 reference lines, each beside the
+drafters of its order; Table 13 also takes ``baseline`` and ``arms``; figures also take the
+plotting options.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from floorgap.analysis.gaps import lookup_verdicts
+from floorgap.config import KIND_ORDER
 from floorgap.reports.common import (
     LongSummary,
     fmt,
@@ -55,7 +60,10 @@ LABELS = {"dflash": "DFlash", "dspark": "DSpark", "ours": "Ours",
           # the one-epoch component arms of Table 13
           "vanilla": "Vanilla DSpark", "short_conv": "Vanilla + short convolution",
           "slot_embeddings": "Vanilla + slot embeddings", "head": "Prefix-attention head",
-          "head_conv_slots": "Head + convolution + slot embeddings"}
+          "head_conv_slots": "Head + convolution + slot embeddings",
+          # the lookup tables (floorgap.models.lookup), labelled by kind
+          "unigram": "unigram table", "bigram_committed": "bigram table on $c$",
+          "bigram": "bigram table"}
 
 
 class GapSummary(LongSummary):
@@ -147,6 +155,32 @@ def _label(v: str) -> str:
     return LABELS.get(v, v)
 
 
+def _lookups(s: GapSummary, spec: Mapping[str, Any], order: int) -> list[str]:
+    """The lookup tables of ``order`` in the summary (``spec["lookups"]``: name -> kind)."""
+    tables = spec.get("lookups") or {}
+    return [t for t, kind in tables.items()
+            if KIND_ORDER.get(str(kind)) == order and t in s.variants]
+
+
+def _lookup_label(spec: Mapping[str, Any], table: str) -> str:
+    return LABELS.get(table, LABELS.get(str((spec.get("lookups") or {}).get(table)), table))
+
+
+def _lookup_sentence(s: GapSummary, spec: Mapping[str, Any]) -> str:
+    """The paper's verdict on the lookup tables: where each role's drafter loses to one of
+    its order, or that every drafter beats them at every slot."""
+    v0, v1, vo = _names(spec)
+    pairs = [[d, t] for d in dict.fromkeys((v0, v1, vo)) if d in s.variants
+             for t in _lookups(s, spec, 1 if d != v0 else 0)]
+    if not pairs:
+        return "No lookup table was evaluated beside the drafters."
+    losses = [v for v in lookup_verdicts(s.df, pairs) if v.loses]
+    if not losses:
+        return "Every drafter beats its lookup tables at every slot."
+    return "; ".join(f"{_label(v.drafter)} loses to a lookup table ({_lookup_label(spec, v.table)})"
+                     f" at slots {', '.join(map(str, v.loses))}" for v in losses) + "."
+
+
 def _ci(s: GapSummary, stat: str, v: str, k: int = -1, digits: int = 3) -> str:
     return fmt_interval(s.get(stat, v, k, field="lower"), s.get(stat, v, k, field="upper"), digits)
 
@@ -185,10 +219,15 @@ def table5_dflash(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: 
             ["$G^{(0)}=R-T^{(0)}$", *[fmt(s.get("G0", v, k), 2) for k in ks]],
             ["95\\% CI on $G^{(0)}$", *[_ci(s, "G0", v, k) for k in ks]],
             ["$G^{(0)}/R$", *[fmt_pct(s.get("G0_share", v, k)) for k in ks]]]
-    _table(rows, ["slot", *map(str, ks)], "table5_dflash", out_dir,
-           _long(s, ["T0", "R", "G0", "G0_share"], [v], ks))
+    tables = _lookups(s, spec, 0)
+    rows += [[f"$R$, {_lookup_label(spec, t)}", *[fmt(s.get("R", t, k), 2) for k in ks]]
+             for t in tables]
+    csv = _long(s, ["T0", "R", "G0", "G0_share"], [v], ks) + _long(s, ["R"], tables, ks)
+    csv += _long(s, ["diff_R"], [f"{v}-{t}" for t in tables], ks)
+    _table(rows, ["slot", *map(str, ks)], "table5_dflash", out_dir, csv)
     L = s.last
     return {
+        macro_name("lookup", "verdict"): _lookup_sentence(s, spec),
         macro_name("dflash", "risk", "last"): fmt(s.get("R", v, L), 2),
         macro_name("dflash", "floor", "last"): fmt(s.get("T0", v, L), 2),
         macro_name("dflash", "gap", "last"): fmt(s.get("G0", v, L), 2),
@@ -222,10 +261,15 @@ def table6_dspark(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: 
             ["$T^{(1)}$ (importance)", *[fmt(s.get("T1_reweighted", v, k), 2) for k in ks]],
             ["$G^{(1)}/R^{\\mathrm{oracle}}$ (importance)",
              *[fmt_pct(s.get("G1_share_reweighted", v, k)) for k in ks]]]
-    _table(rows, ["slot", *map(str, ks)], "table6_dspark", out_dir,
-           _long(s, ["covered_mass", "T1", "R_oracle", "G1", "G1_share", "exposure", "R_self",
-                     "T1_reweighted", "R_oracle_reweighted", "G1_reweighted",
-                     "G1_share_reweighted"], [v], ks))
+    tables = _lookups(s, spec, 1)
+    rows += [[f"$R^{{\\mathrm{{oracle}}}}$, {_lookup_label(spec, t)}",
+              *[fmt(s.get("R_oracle", t, k), 2) for k in ks]] for t in tables]
+    csv = _long(s, ["covered_mass", "T1", "R_oracle", "G1", "G1_share", "exposure", "R_self",
+                    "T1_reweighted", "R_oracle_reweighted", "G1_reweighted",
+                    "G1_share_reweighted"], [v], ks)
+    csv += _long(s, ["R_oracle", "R_self"], tables, ks)
+    csv += _long(s, ["diff_R_oracle"], [f"{v}-{t}" for t in tables], ks)
+    _table(rows, ["slot", *map(str, ks)], "table6_dspark", out_dir, csv)
     L = s.last
     return {
         macro_name("dspark", "covered", "mass", "last"): fmt(s.get("covered_mass", v, L), 2),
@@ -302,13 +346,16 @@ def table12_ours_vs_dspark(inputs: Mapping[str, Path], spec: Mapping[str, Any], 
     rows.append(["covered mass $c$", "", *[fmt(s.get("covered_mass", v1, k), 2) for k in ks]])
     rows.append(["$T^{(1)}$ (split-half)", "",
                  *[fmt(s.get("T1", v1, k), 2) for k in ks]])  # same paths: one floor
+    tables = _lookups(s, spec, 1)
     for stat, label in (("R_oracle", "$R^{\\mathrm{oracle}}$"),
                         ("R_self", "$R^{\\mathrm{self}}$")):
         rows.append([label, _label(v1), *[fmt(s.get(stat, v1, k), 2) for k in ks]])
         rows.append(["", _label(vo), *[fmt(s.get(stat, vo, k), 2) for k in ks]])
+        rows += [["", _lookup_label(spec, t), *[fmt(s.get(stat, t, k), 2) for k in ks]]
+                 for t in tables]
     pair = f"{vo}-{v1}"
     csv = _long(s, ["covered_mass", "T1", "R_oracle", "R_self", "G1", "exposure",
-                    "G1_reweighted"], [v1, vo], ks)
+                    "G1_reweighted"], [v1, vo, *tables], ks)
     csv += _long(s, ["diff_R_oracle", "diff_R_self", "diff_G1", "diff_exposure",
                      "gap_reduction"], [pair], ks)
     csv += _long(s, ["tau"], [v1, vo], [-1]) + _long(s, ["diff_tau"], [pair], [-1])
@@ -501,6 +548,12 @@ def fig4_drafter_decomposition(inputs: Mapping[str, Path], spec: Mapping[str, An
     _stack(right, ks, [("floor $T^{(1)}$", s.series("T1", v1, ks)[0]),
                        ("gap $G^{(1)}$", s.series("G1", v1, ks)[0]),
                        ("exposure", s.series("exposure", v1, ks)[0])], _label(v1))
+    # reference lines: the lookup tables' risk on the same scale as each stack's total
+    for ax, order, stat in ((left, 0, "R"), (right, 1, "R_self")):
+        for t in _lookups(s, spec, order):
+            ax.plot(ks, s.series(stat, t, ks)[0], "k--", marker=".", linewidth=1,
+                    label=_lookup_label(spec, t))
+        ax.legend(loc="upper left")
     save_item_figure(fig, "fig4_drafter_decomposition", out_dir, spec)
     L = s.last
     return {
@@ -558,6 +611,9 @@ def fig7_prefix_attention(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
                                         ("R_self", "$R^{\\mathrm{self}}$")), strict=True):
         _line(ax, ks, s.series(stat, v1, ks), _label(v1), "o")
         _line(ax, ks, s.series(stat, vo, ks), _label(vo), "s")
+        for t in _lookups(s, spec, 1):   # reference: a bigram table of the same order
+            ax.plot(ks, s.series(stat, t, ks)[0], "k--", linewidth=1,
+                    label=_lookup_label(spec, t))
         ax.set_title(title)
         ax.set_xlabel("slot $k$")
         ax.set_xticks(ks)

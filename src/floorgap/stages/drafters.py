@@ -84,13 +84,22 @@ def _torchrun(processes: int, argv: list[str]) -> int:
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     import torch
 
-    from floorgap.models.checkpoints import export_epochs, final_record, load_checkpoint
+    from floorgap.models.checkpoints import (
+        checkpoint_path,
+        export_epochs,
+        final_record,
+        load_checkpoint,
+    )
     from floorgap.models.drafter_training import check_variant, train_variant
+    from floorgap.models.lookup import LOOKUP_KINDS
     from floorgap.models.training import init_distributed
     from floorgap.records import atomic_path
 
     spec = args.spec
     target, variant = spec["target"], spec["variant"]
+    if variant.get("kind") in LOOKUP_KINDS:
+        _fit_table(args, logger)
+        return
     if check_variant(variant):
         _import(args, logger)
         return
@@ -113,8 +122,11 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
         return
     if run.result.checkpoint is None:
         raise StageError("training wrote no checkpoint")
-    final = final_record(load_checkpoint(run.result.checkpoint), run.drafter_config,
-                         target["name"], variant, run.data_sha, run.result.epochs, run.world)
+    # the best held-out epoch (or the last when nothing is held out)
+    final = final_record(load_checkpoint(checkpoint_path(ckpt_dir, run.kept_epoch)),
+                         run.drafter_config, target["name"], variant, run.data_sha,
+                         run.result.epochs, run.world)
+    final["kept_epoch"] = run.kept_epoch
     with atomic_path(args.out) as tmp:
         torch.save(final, tmp)
     if args.epochs_dir is not None:
@@ -126,6 +138,27 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
         with atomic_path(args.train_log) as tmp:
             tmp.write_text("".join(json.dumps(r) + "\n" for r in run.result.log))
     logger.info("wrote %s", args.out)
+
+
+def _fit_table(args: argparse.Namespace, logger: logging.Logger) -> None:
+    """A lookup-table variant: FINAL holds the fitted table, an empty train log, no epochs."""
+    import torch
+
+    from floorgap.models.drafter_training import fit_lookup_variant
+    from floorgap.records import atomic_path
+
+    if args.data is None:
+        raise StageError(f"variant {args.spec['variant']['name']} is estimated from the "
+                         "training record: give --data")
+    record = fit_lookup_variant(args.spec, args.data, logger)
+    with atomic_path(args.out) as tmp:
+        torch.save(record, tmp)
+    if args.epochs_dir is not None:
+        args.epochs_dir.mkdir(parents=True, exist_ok=True)
+    if args.train_log is not None:
+        with atomic_path(args.train_log) as tmp:
+            tmp.write_text("")
+    logger.info("wrote %s (a lookup table)", args.out)
 
 
 def _import(args: argparse.Namespace, logger: logging.Logger) -> None:

@@ -9,7 +9,9 @@ of every evaluated drafter variant, with Hajek weights and prompt-cluster bootst
 The spec is the config's ``analysis`` section: ``bootstrap`` (B), ``level``; optional ``seed``,
 ``contrasts`` (required: list of [a, b] variant pairs, possibly empty), ``sweeps`` (default
 true; the coordinate sweeps are the costly part) and ``labels`` (renames variants, e.g. the
-final weights of a trajectory variant to ``<variant>@epoch-<E>``).
+final weights of a trajectory variant to ``<variant>@epoch-<E>``) and ``lookups`` (the lookup
+tables among the variants: each contrast [drafter, table] is logged as a verdict, a warning
+where the drafter loses to the table at some slot).
 """
 
 from __future__ import annotations
@@ -33,7 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.analysis.gaps import load_records, per_anchor_floor_check, summarise
+    from floorgap.analysis.gaps import (
+        load_records,
+        lookup_verdicts,
+        per_anchor_floor_check,
+        summarise,
+    )
     from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED
     from floorgap.records import write_table
 
@@ -64,6 +71,9 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     summary = summarise(rec, n_boot=n_boot, level=level, seed=seed, contrasts=contrasts,
                         sweeps=sweeps)
     logger.info("summary: %d rows (B=%d) in %.1f s", len(summary), n_boot, timer.seconds)
+    tables = set(spec.get("lookups", []))
+    for verdict in lookup_verdicts(summary, [c for c in contrasts if c[1] in tables]):
+        (logger.warning if verdict.loses else logger.info)("%s", verdict.sentence())
     meta = {"stage": "gaps", "target": rec.target, "prompts": rec.prompts, "gamma": rec.gamma,
             "analysis": spec, "seed": seed,
             "variants": {v.name: {"order": v.order, "anchors": len(v.anchor_ids),
