@@ -11,7 +11,14 @@ device and dtype; the drafter casts at the boundary).
 
 Shapes: B batch, T prefix length (right-aligned; ``prefix_mask`` marks real positions),
 G = gamma, D drafter width (= target hidden size, because the head is shared), F = n_taps * H,
-V vocabulary, K = nominate_k, W head width, P predecessor hypotheses per slot.
+V vocabulary, N draft vocabulary (V unless ``draft_vocab`` trims it), K = nominate_k, W head
+width, P predecessor hypotheses per slot.
+
+Trimmed vocabulary. With ``draft_vocab`` (target ids, ascending) the head is the target's
+output head at those N rows; the teacher-forced ``forward`` and the loss work over the N draft
+indices, while ``propose``/``propose_paths``/``draft`` return target-vocabulary logits (-inf
+outside the draft vocabulary) and target token ids, so every consumer sees the target's
+vocabulary. ``mask_embedding`` replaces E(mask) on the mask rows by a trained vector.
 
 Engine layout. Module names follow the checkpoints DFlash/DSpark serving engines load
 (``fc``, ``hidden_norm``, ``layers.{i}.self_attn.{q,k,v,o}_proj``, ``q_norm``/``k_norm``,
@@ -148,10 +155,10 @@ class DrafterConfig:
 
 @dataclass
 class DrafterOutput:
-    logits: Tensor                     # [B, G, V]; order-1 kinds: conditioned on block tokens
-    base_logits: Tensor                # [B, G, V]; u_k(X)
+    logits: Tensor                     # [B, G, N]; order-1 kinds: conditioned on block tokens
+    base_logits: Tensor                # [B, G, N]; u_k(X)
     confidence: Tensor | None = None   # [B, G] in (0, 1)
-    nomination_logits: Tensor | None = None  # [B, G, V]; logits nominating candidates (= u_k)
+    nomination_logits: Tensor | None = None  # [B, G, N]; logits nominating candidates (= u_k)
 
 
 @dataclass

@@ -156,27 +156,36 @@ class LookupProposal:
         a = self.cfg.alpha
         return (counts + a * self.unigram) / (counts.sum(-1, keepdim=True) + a)
 
+    def _slot_conditions(self, committed: Tensor, predecessors: Tensor | None) -> Tensor:
+        """The token each slot's row conditions on, [B, G]: the committed token at every slot
+        (order 0), or [c, z_0, ..., z_{G-2}] (order 1)."""
+        committed = committed.view(-1).cpu()
+        if self.order == 0:
+            return committed[:, None].expand(-1, self.gamma)
+        if predecessors is None:
+            raise ValueError("a bigram table needs predecessors")
+        return torch.cat([committed[:, None], predecessors.cpu()[:, : self.gamma - 1]], 1)
+
     def propose(self, features: Tensor, committed: Tensor, predecessors: Tensor | None = None,
                 prefix_mask: Tensor | None = None) -> Tensor:
         """Log-probabilities [B, G, V] (q_k = softmax of them), as ``Drafter.propose``."""
-        committed = committed.view(-1).cpu()
-        if self.order == 1:
-            if predecessors is None:
-                raise ValueError("a bigram table needs predecessors")
-            pred = torch.cat([committed[:, None], predecessors.cpu()[:, : self.gamma - 1]], 1)
-            rows = [self._rows(k, pred[:, k]) for k in range(self.gamma)]
-        else:
-            rows = [self._rows(k, committed) for k in range(self.gamma)]
-        return torch.stack(rows, 1).log().float().to(features.device)
+        return self._log_rows(features, self._slot_conditions(committed, predecessors),
+                                     range(self.gamma))
 
     def propose_paths(self, features: Tensor, committed: Tensor, predecessors: Tensor,
                       prefix_mask: Tensor | None = None, slots: Sequence[int] | None = None
                       ) -> Tensor:
-        """As ``Drafter.propose_paths``: M predecessor rows of one context -> [M, S, V]."""
+        """As ``Drafter.propose_paths``: M predecessor rows of one context -> [M, S, V], the
+        rows computed at ``slots`` only."""
         m = predecessors.shape[0]
-        ks = list(range(self.gamma)) if slots is None else [int(k) for k in slots]
-        full = self.propose(features, committed.view(1).expand(m), predecessors, prefix_mask)
-        return full[:, ks]
+        cond = self._slot_conditions(committed.view(1).expand(m), predecessors)
+        ks = range(self.gamma) if slots is None else [int(k) for k in slots]
+        return self._log_rows(features, cond, ks)
+
+    def _log_rows(self, features: Tensor, cond: Tensor, slots: Sequence[int]) -> Tensor:
+        """log q_k(. | cond[:, k]) for k in ``slots`` -> [B, S, V] on the features' device."""
+        rows = [self._rows(k, cond[:, k]) for k in slots]
+        return torch.stack(rows, 1).log().float().to(features.device)
 
     # ---- files
     def record(self) -> dict[str, Any]:
