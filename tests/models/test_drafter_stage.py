@@ -12,6 +12,7 @@ from floorgap.stages import drafter_data as data_cli
 from floorgap.stages._cli import run_stage
 from floorgap.data.drafter_data import block_index, load_drafter_data, sequence
 from floorgap.models.checkpoints import load_final
+from floorgap.models.drafter_training import heldout_sequences
 from floorgap.records import read_table
 from floorgap.sampling import SamplingLaw
 
@@ -102,7 +103,12 @@ def test_drafter_cli_trains_resumes_and_loads(smoke_domain_records, train_data, 
     records = [json.loads(line) for line in log.read_text().splitlines()]
     epoch = [r for r in records if r["kind"] == "epoch"]
     assert len(epoch) == 1 and epoch[0]["tokens_per_s"] > 0
-    assert epoch[0]["examples"] == len(block_index(data, cfg["anchors"]["gamma"])[0])
+    # the blocks of the sequences outside the held-out share; the held-out ones score the epoch
+    held = heldout_sequences(data, cfg["drafters"]["train"]["heldout"], cfg["seed"])
+    seq = block_index(data, cfg["anchors"]["gamma"])[0]
+    assert held and epoch[0]["examples"] == int((~torch.isin(seq, torch.tensor(held))).sum())
+    assert epoch[0]["heldout"]["blocks"] == int(torch.isin(seq, torch.tensor(held)).sum())
+    assert first["kept_epoch"] == 1
 
     # Same output again: every epoch is checkpointed, so nothing is trained.
     assert run_stage(train_cli.main, train_cli.build_parser(), argv) == 0

@@ -12,7 +12,6 @@ from floorgap.models.drafters import (
     DrafterConfig,
     DrafterOutput,
     build_drafter,
-    even_taps,
     proposal_probs,
     target_features,
     target_features_and_logits,
@@ -64,12 +63,6 @@ def batch(target):
     block = torch.randint(0, V - 1, (B, G), generator=g)
     probs = torch.softmax(3 * torch.randn(B, G, V, generator=g), -1)
     return feats, mask.bool(), committed, block, probs
-
-
-def test_even_taps():
-    assert even_taps(36, 5) == [1, 9, 17, 25, 33]
-    assert even_taps(30, 5) == [1, 8, 14, 21, 27]
-    assert even_taps(2, 2) == [1, 1]
 
 
 def test_target_features_shape_and_padding(target, batch):

@@ -499,12 +499,12 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
         logger.info("target features of %d sequences (%s): %.1f s", len(dataset.sequences),
                     "stored in the record" if dataset.stored_features() else "computed",
                     dataset.prepare() + (held.prepare() if held else 0.0))
-    evaluate = None
-    if held is not None:
-        def evaluate(core: Any) -> dict[str, Any]:
-            return heldout_risk(core, held, tcfg.batch_size)
+    def evaluate(core: Any) -> dict[str, Any]:
+        return heldout_risk(core, held, tcfg.batch_size)
+
     timer = Timer()
-    result = train(drafter, dataset, tcfg, resume=resume, progress=progress, evaluate=evaluate)
+    result = train(drafter, dataset, tcfg, resume=resume, progress=progress,
+                   evaluate=evaluate if held is not None else None)
     _log_epochs(result, logger)
     kept = best_epoch(result.epochs) or int(result.epochs[-1]["epoch"])
     logger.info("trained epochs %d..%d in %.1f s; kept epoch %d", result.resumed_from + 1,

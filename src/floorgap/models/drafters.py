@@ -48,7 +48,6 @@ Common API (used by training and evaluation)
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -63,22 +62,6 @@ from floorgap.estimators.topk import logsumexp_gather, topk_divergences
 KINDS = ("dflash", "dspark", "prefix_attention")
 OBJECTIVES = ("ce", "kl", "tv")
 ORDER = {k: KIND_ORDER[k] for k in KINDS}
-
-
-def even_taps(n_layers: int, k: int) -> list[int]:
-    """``k`` tap layers (0-based decoder-layer indices) spread evenly over ``[1, n_layers - 3]``.
-
-    Rounds half up. For 36 layers and k = 5 this is Qwen3-4B's ``[1, 9, 17, 25, 33]``; for
-    SmolLM2's 30 layers it is ``[1, 8, 14, 21, 27]``. Shallow targets clamp into range.
-    """
-    if n_layers < 1 or k < 1:
-        raise ValueError(f"need n_layers >= 1 and k >= 1, got {n_layers}, {k}")
-    start = min(1, n_layers - 1)
-    end = max(start, n_layers - 3)
-    if k == 1:
-        return [math.floor((start + end) / 2 + 0.5)]
-    span = end - start
-    return [math.floor(start + i * span / (k - 1) + 0.5) for i in range(k)]
 
 
 @dataclass
