@@ -242,3 +242,41 @@ def test_fig5_compares_every_targets_final_slot(summary_path, tmp_path):
     assert values["\\fgCrossDflashGapShareMin"] == f"{100 * min(shares):.0f}\\%"
     assert values["\\fgCrossDflashGapShareMax"] == f"{100 * max(shares):.0f}\\%"
     assert "\\texttt{first}, \\texttt{second}" == values["\\fgCrossTargetList"]
+
+
+def test_lookup_tables_get_rows_lines_and_a_verdict(tmp_path):
+    """Lookup tables beside the drafters: rows in Tables 5, 6 and 12, the paired differences
+    in their csv, and the verdict macro naming where a drafter loses to a table."""
+    import pandas as pd
+
+    from floorgap.analysis.gaps import lookup_verdicts
+    from floorgap.reports.gap_items import GapSummary
+
+    variants = {"dflash": {"order": 0}, "dspark": {"order": 1}, "ours": {"order": 1},
+                "bigram_committed": {"order": 0}, "bigram": {"order": 1}}
+    pairs = [["dflash", "bigram_committed"], ["dspark", "bigram"], ["ours", "bigram"]]
+    summary = _summarise(tmp_path, variants, {"contrasts": [["ours", "dspark"], *pairs],
+                                              "lookups": ["bigram_committed", "bigram"]},
+                         "summary")
+    s = GapSummary(summary)
+    spec = {"roles": ROLES, "lookups": {"bigram_committed": "bigram_committed",
+                                        "bigram": "bigram"}}
+    values = {}
+    for name in ("table5_dflash", "table6_dspark", "table12_ours_vs_dspark"):
+        values.update(_run_item(name, summary, tmp_path, spec))
+    tex5 = (tmp_path / "tables" / "table5_dflash.tex").read_text()
+    assert "bigram table on $c$" in tex5
+    assert "bigram table" in (tmp_path / "tables" / "table6_dspark.tex").read_text()
+    csv5 = pd.read_csv(tmp_path / "tables" / "table5_dflash.csv")
+    assert "dflash-bigram_committed" in set(csv5["variant"])
+    verdicts = lookup_verdicts(s.df, pairs)
+    assert [v.statistic for v in verdicts] == ["diff_R", "diff_R_oracle", "diff_R_oracle"]
+    sentence = values["\\fgLookupVerdict"]
+    for v in verdicts:
+        assert (f"at slots {', '.join(map(str, v.loses))}" in sentence) == bool(v.loses)
+        # a slot is a loss where the paired difference is not below zero
+        d = [s.get(v.statistic, f"{v.drafter}-{v.table}", k) for k in s.slots]
+        assert v.loses == [k for k in s.slots if not d[k] < 0]
+    for name in ("fig4_drafter_decomposition", "fig7_prefix_attention"):
+        fig_spec = {**json.loads(FIG_SPEC), **spec}
+        _run_item(name, summary, tmp_path, fig_spec)

@@ -88,6 +88,15 @@ def heldout_sequences(data: Mapping[str, Any], share: float, seed: int) -> list[
     return sorted(int(i) for i in order[:n])
 
 
+def split_sequences(data: Mapping[str, Any], spec: Mapping[str, Any]
+                    ) -> tuple[list[int], list[int]]:
+    """(training, held-out) sequences of a record under the spec's ``train.heldout`` share."""
+    heldout = heldout_sequences(data, float(spec["train"].get("heldout", 0.0)),
+                                int(spec["seed"]))
+    n_seq = int(data["seq_prompt_len"].shape[0])
+    return sorted(set(range(n_seq)) - set(heldout)), heldout
+
+
 def trimmed_vocabulary(data: Mapping[str, Any], sequences: Sequence[int], size: int,
                        vocab_size: int) -> list[int]:
     """The ``size`` target tokens with the most stored target mass (sum of the top-K
@@ -386,10 +395,7 @@ def fit_lookup_variant(spec: Mapping[str, Any], data_path: Path, logger: logging
 
     variant = spec["variant"]
     data = load_drafter_data(data_path)
-    heldout = heldout_sequences(data, float(spec["train"].get("heldout", 0.0)),
-                                int(spec["seed"]))
-    n_seq = int(data["seq_prompt_len"].shape[0])
-    train_seqs = sorted(set(range(n_seq)) - set(heldout))
+    train_seqs, heldout = split_sequences(data, spec)
     vocab = int(data["metadata"]["model"].get("vocab_size") or
                 int(data["target_ids"].max()) + 1)
     table, scores = fit_lookup(variant["kind"], data, train_seqs, heldout,
@@ -467,10 +473,7 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
     if gamma != int(spec["gamma"]):
         raise StageError(f"{data_path} holds blocks of {gamma} slots, not gamma={spec['gamma']}")
     model, _ = load_target(model_dir, target["dtype"], device)
-    heldout = heldout_sequences(data, float(spec["train"].get("heldout", 0.0)),
-                                int(spec["seed"]))
-    n_seq = int(data["seq_prompt_len"].shape[0])
-    train_seqs = sorted(set(range(n_seq)) - set(heldout))
+    train_seqs, heldout = split_sequences(data, spec)
     vocab = None
     if variant.get("vocab") is not None:
         vocab = trimmed_vocabulary(data, train_seqs, int(variant["vocab"]),

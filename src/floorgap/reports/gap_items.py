@@ -166,6 +166,18 @@ def _lookup_label(spec: Mapping[str, Any], table: str) -> str:
     return LABELS.get(table, LABELS.get(str((spec.get("lookups") or {}).get(table)), table))
 
 
+#: Line styles of the lookup tables' reference lines (black, one style per table).
+LOOKUP_STYLES = ("--", ":", "-.")
+
+
+def _lookup_lines(ax, s: GapSummary, spec: Mapping[str, Any], order: int, stat: str,
+                  ks: list[int]) -> None:
+    """Reference lines of the lookup tables of ``order`` on ``ax``: their ``stat`` by slot."""
+    for t, style in zip(_lookups(s, spec, order), LOOKUP_STYLES * 4):
+        ax.plot(ks, s.series(stat, t, ks)[0], color="black", linestyle=style, linewidth=1,
+                label=_lookup_label(spec, t))
+
+
 def _lookup_sentence(s: GapSummary, spec: Mapping[str, Any]) -> str:
     """The paper's verdict on the lookup tables: where each role's drafter loses to one of
     its order, or that every drafter beats them at every slot."""
@@ -550,9 +562,7 @@ def fig4_drafter_decomposition(inputs: Mapping[str, Path], spec: Mapping[str, An
                        ("exposure", s.series("exposure", v1, ks)[0])], _label(v1))
     # reference lines: the lookup tables' risk on the same scale as each stack's total
     for ax, order, stat in ((left, 0, "R"), (right, 1, "R_self")):
-        for t in _lookups(s, spec, order):
-            ax.plot(ks, s.series(stat, t, ks)[0], "k--", marker=".", linewidth=1,
-                    label=_lookup_label(spec, t))
+        _lookup_lines(ax, s, spec, order, stat, ks)
         ax.legend(loc="upper left")
     save_item_figure(fig, "fig4_drafter_decomposition", out_dir, spec)
     L = s.last
@@ -611,9 +621,7 @@ def fig7_prefix_attention(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
                                         ("R_self", "$R^{\\mathrm{self}}$")), strict=True):
         _line(ax, ks, s.series(stat, v1, ks), _label(v1), "o")
         _line(ax, ks, s.series(stat, vo, ks), _label(vo), "s")
-        for t in _lookups(s, spec, 1):   # reference: a bigram table of the same order
-            ax.plot(ks, s.series(stat, t, ks)[0], "k--", linewidth=1,
-                    label=_lookup_label(spec, t))
+        _lookup_lines(ax, s, spec, 1, stat, ks)   # reference: the tables of the same order
         ax.set_title(title)
         ax.set_xlabel("slot $k$")
         ax.set_xticks(ks)
