@@ -77,6 +77,7 @@ def test_items_write_files_and_finite_macros(budget_inputs, tmp_path):
     tex = (tmp_path / "tableE_drafter_budget.tex").read_text()
     assert tex.startswith("\\begin{tabular}") and "nan" not in tex
     assert fig["\\fgBudgetMaxBlocks"] == "900" and fig["\\fgBudgetMinBlocks"] == "100"
+    assert fig["\\fgBudgetChangeFirst"].startswith(("\\ensuremath{+", "\\ensuremath{-"))
     assert fig["\\fgBudgetFixedSteps"] == "9" and fig["\\fgBudgetEpochsStudied"] == "2"
     assert tab["\\fgBudgetFewBlocks"] == "100"
     assert all(v not in ("", "nan") for v in {**fig, **tab}.values())

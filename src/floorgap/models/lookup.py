@@ -141,12 +141,6 @@ class LookupProposal:
     def vocab_size(self) -> int:
         return self.cfg.vocab_size
 
-    def eval(self) -> LookupProposal:
-        return self
-
-    def requires_grad_(self, flag: bool = False) -> LookupProposal:
-        return self
-
     def _rows(self, slot: int, cond: Tensor) -> Tensor:
         """q_slot(. | cond) [n, V] float64."""
         if self.cfg.kind == "unigram":
@@ -169,8 +163,8 @@ class LookupProposal:
     def propose(self, features: Tensor, committed: Tensor, predecessors: Tensor | None = None,
                 prefix_mask: Tensor | None = None) -> Tensor:
         """Log-probabilities [B, G, V] (q_k = softmax of them), as ``Drafter.propose``."""
-        return self._log_rows(features, self._slot_conditions(committed, predecessors),
-                                     range(self.gamma))
+        cond = self._slot_conditions(committed, predecessors)
+        return self._log_rows(features, cond, range(self.gamma))
 
     def propose_paths(self, features: Tensor, committed: Tensor, predecessors: Tensor,
                       prefix_mask: Tensor | None = None, slots: Sequence[int] | None = None

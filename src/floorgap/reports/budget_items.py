@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from floorgap.reports.common import fmt, item_figure, macro_name, save_item_figure
+from floorgap.reports.common import fmt, fmt_signed, item_figure, macro_name, save_item_figure
 from floorgap.reports.gap_items import (
     GapSummary,
     _ci,
@@ -176,6 +176,7 @@ def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
     best_epoch = (epochs.sort_values("R_0").iloc[0] if not epochs.empty else best)
     return {
         macro_name("budget", "drop", "first"): fmt(-slope, 3),  # per tenfold more blocks
+        macro_name("budget", "change", "first"): fmt_signed(slope, 3),
         macro_name("budget", "target", "risk", "first"): fmt(TARGET_RISK_FIRST, 2),
         macro_name("budget", "target", "blocks"): (f"{need:,.0f}" if math.isfinite(need)
                                                    else "no finite number of"),
