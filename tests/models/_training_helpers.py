@@ -27,18 +27,21 @@ class TinyDrafter(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.out = nn.Linear(width, vocab)
 
-    def forward(self, features, committed, block_tokens, prefix_mask=None):
-        if prefix_mask is None:
-            prefix_mask = torch.ones(features.shape[:2], dtype=torch.bool, device=features.device)
-        w = prefix_mask.to(features.dtype).unsqueeze(-1)
-        pooled = (self.proj(features) * w).sum(1) / w.sum(1).clamp_min(1.0)
+    def forward(self, features, committed, block_tokens, prefix_mask, feature_index):
+        feats = features[feature_index]                                     # [N, T, F]
+        w = prefix_mask.to(feats.dtype).unsqueeze(-1)
+        pooled = (self.proj(feats) * w).sum(1) / w.sum(1).clamp_min(1.0)
         pred = torch.cat([committed[:, None], block_tokens[:, :-1]], dim=1)
         x = torch.tanh(pooled[:, None, :] + self.slot[None] + self.embed[pred])
         return self.out(self.drop(x * self.norm_scale))
 
-    def loss(self, output, target_probs, block_tokens):
+    def loss(self, output, targets, block_tokens):
+        """Cross-entropy against the renormalised top-K law (the trainer passes TopKTargets)."""
+        p = torch.zeros_like(output, dtype=torch.float32).scatter_(-1, targets.ids,
+                                                                   targets.vals.float())
+        p = p / p.sum(-1, keepdim=True)
         logq = torch.log_softmax(output.float(), dim=-1)
-        ce = -(target_probs * logq).sum(-1)  # [B, gamma]
+        ce = -(p * logq).sum(-1)  # [B, gamma]
         k = torch.arange(ce.shape[1], dtype=ce.dtype)
         w = torch.exp(-k / 4)
         w = w / w.sum()
@@ -48,26 +51,44 @@ class TinyDrafter(nn.Module):
         return loss, {"ce_slot0": float(per_slot[0].detach()), "nll_tokens": float(nll.detach())}
 
 
-def make_examples(n: int, seed: int = 0, *, sparse: bool = False, ragged: bool = False):
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(n):
-        t = T - (i % 3) if ragged else T
-        logits = torch.randn(GAMMA, V, generator=g)
-        probs = torch.softmax(logits, -1)
-        ex = {
-            "features": torch.randn(t, F, generator=g),
-            "prefix_mask": torch.ones(t, dtype=torch.bool),
-            "committed": torch.randint(V, (), generator=g),
-            "block_tokens": torch.multinomial(probs, 1, generator=g).squeeze(-1),
-        }
-        if sparse:
-            vals, ids = probs.topk(4, dim=-1)
-            ex["target_ids"], ex["target_vals"] = ids, vals
-        else:
-            ex["target_probs"] = probs
-        out.append(ex)
-    return out
+class TinyExamples:
+    """Stacked examples with the trainer's interface (``floorgap.models.training.Examples``):
+    a keyed batch order and batches whose blocks each read their own feature row. Ragged
+    prefixes are left-padded and masked out."""
+
+    def __init__(self, n: int, seed: int = 0, *, ragged: bool = False, k: int = 4):
+        g = torch.Generator().manual_seed(seed)
+        self.features = torch.zeros(n, T, F)
+        self.prefix_mask = torch.zeros(n, T, dtype=torch.bool)
+        self.committed = torch.randint(V, (n,), generator=g)
+        self.block_tokens = torch.zeros(n, GAMMA, dtype=torch.long)
+        self.target_ids = torch.zeros(n, GAMMA, k, dtype=torch.long)
+        self.target_vals = torch.zeros(n, GAMMA, k)
+        for i in range(n):
+            t = T - (i % 3) if ragged else T
+            probs = torch.softmax(torch.randn(GAMMA, V, generator=g), -1)
+            self.features[i, T - t:] = torch.randn(t, F, generator=g)
+            self.prefix_mask[i, T - t:] = True
+            self.block_tokens[i] = torch.multinomial(probs, 1, generator=g).squeeze(-1)
+            self.target_vals[i], self.target_ids[i] = probs.topk(k, dim=-1)
+
+    def __len__(self) -> int:
+        return int(self.committed.shape[0])
+
+    def epoch_batches(self, batch_size, seed, epoch, *, min_size=1):
+        gen = torch.Generator().manual_seed(1000 * seed + epoch)
+        batches = list(torch.split(torch.randperm(len(self), generator=gen), batch_size))
+        return [b for b in batches if len(b) >= min_size]
+
+    def gather(self, indices):
+        return {"features": self.features[indices], "prefix_mask": self.prefix_mask[indices],
+                "feature_index": torch.arange(len(indices)),
+                "committed": self.committed[indices], "block_tokens": self.block_tokens[indices],
+                "target_ids": self.target_ids[indices], "target_vals": self.target_vals[indices]}
+
+
+def make_examples(n: int, seed: int = 0, *, ragged: bool = False) -> TinyExamples:
+    return TinyExamples(n, seed, ragged=ragged)
 
 
 def new_model(seed: int = 1, dropout: float = 0.0) -> TinyDrafter:

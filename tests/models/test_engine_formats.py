@@ -54,7 +54,7 @@ def make(kind: str, target, **kw):
     with torch.no_grad():
         for p in drafter.parameters():
             p.add_(0.05 * torch.randn_like(p))
-        if drafter.markov_head is not None:
+        if drafter.kind == "dspark":
             torch.nn.init.normal_(drafter.markov_head.markov_w2.weight, std=0.5)
     return drafter
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -11,25 +10,10 @@ import pytest
 import torch
 
 from floorgap.models.checkpoints import latest_checkpoint, load_checkpoint, load_drafter_weights
-from floorgap.models.training import (
-    TIMING_KEYS,
-    StackedExamples,
-    TrainConfig,
-    collate,
-    densify_targets,
-    epoch_batches,
-    launch,
-    train,
-)
+from floorgap.models.training import TIMING_KEYS, TrainConfig, launch, train
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _training_helpers import (
-    GAMMA,
-    V,
-    grads_and_step_worker,
-    make_examples,
-    new_model,
-)
+from _training_helpers import grads_and_step_worker, make_examples, new_model
 
 
 @pytest.fixture(autouse=True)
@@ -140,42 +124,6 @@ def test_frozen_parameters_untouched_and_not_stored(tmp_path):
         load_drafter_weights(other, res.checkpoint)
 
 
-def test_sparse_topk_and_stacked_dataset_match_dense_list(tmp_path):
-    sparse = make_examples(8, sparse=True)
-    dense = []
-    for ex in sparse:
-        d = {k: v for k, v in ex.items() if k not in ("target_ids", "target_vals")}
-        p = torch.zeros(GAMMA, V).scatter_(-1, ex["target_ids"], ex["target_vals"])
-        d["target_probs"] = p / p.sum(-1, keepdim=True)
-        dense.append(d)
-    stacked = StackedExamples({k: torch.stack([e[k] for e in sparse]) for k in sparse[0]})
-    r1 = train(new_model(), stacked, _config(tmp_path / "a", epochs=1), progress=False)
-    r2 = train(new_model(), dense, _config(tmp_path / "b", epochs=1), progress=False)
-    a, b = load_checkpoint(r1.checkpoint)["model"], load_checkpoint(r2.checkpoint)["model"]
-    for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)
-    batch = densify_targets(collate(sparse[:2]), V)
-    assert batch["target_probs"].shape == (2, GAMMA, V)
-    torch.testing.assert_close(batch["target_probs"].sum(-1), torch.ones(2, GAMMA))
-
-
-def test_collate_pads_ragged_prefixes_on_the_left():
-    ex = make_examples(3, ragged=True)
-    batch = collate(ex)
-    assert batch["features"].shape == (3, 5, ex[0]["features"].shape[1])
-    assert batch["prefix_mask"].tolist()[1] == [False, True, True, True, True]
-    assert torch.equal(batch["features"][1, 1:], ex[1]["features"])
-
-
-def test_epoch_order_is_keyed_by_seed_and_epoch():
-    a = epoch_batches(10, 4, seed=3, epoch=1)
-    assert [len(x) for x in a] == [4, 4, 2]
-    assert all(torch.equal(x, y) for x, y in zip(a, epoch_batches(10, 4, seed=3, epoch=1)))
-    assert not torch.equal(torch.cat(a), torch.cat(epoch_batches(10, 4, seed=3, epoch=2)))
-    assert len(epoch_batches(10, 4, 3, 1, drop_last=True)) == 2
-    assert len(epoch_batches(9, 4, 3, 1, min_size=2)) == 2  # a 1-example batch cannot split
-
-
 def test_resume_refuses_a_different_configuration(tmp_path):
     data = make_examples(4)
     train(new_model(), data, _config(tmp_path, epochs=1), progress=False)
@@ -200,43 +148,6 @@ def test_ddp_two_gloo_processes_match_one_process_on_the_union_batch():
     # Every rank took the step (the parameters moved away from the initialisation).
     init = new_model()
     assert not torch.equal(results[0][1]["out.weight"], init.out.weight)
-
-
-@pytest.mark.slow
-def test_torchrun_entry_matches_single_process(tmp_path):
-    import subprocess
-
-    from floorgap.models.training import _free_port, main
-
-    ex = make_examples(12, sparse=True)
-    data = tmp_path / "data.pt"
-    torch.save({k: torch.stack([e[k] for e in ex]) for k in ex[0]}, data)
-    cfg = {"epochs": 2, "batch_size": 4, "lr": 1e-2, "seed": 5, "log_every": 1}
-    common = ["--factory", "_training_helpers:new_model", "--data", str(data), "--threads", "1",
-              "--no-progress"]
-    single = tmp_path / "single"
-    assert main([*common, "--config", json.dumps({**cfg, "checkpoint_dir": str(single)})]) == 0
-    multi = tmp_path / "multi"
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
-                                          os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
-           "-m", "floorgap.models.training", *common,
-           "--config", json.dumps({**cfg, "checkpoint_dir": str(multi)}),
-           "--result", str(tmp_path / "result.json")]
-    proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads((tmp_path / "result.json").read_text())
-    assert result["steps"] == 6 and len(result["epochs"]) == 2
-    a = load_checkpoint(single / "epoch-0002.pt")["model"]
-    b = load_checkpoint(multi / "epoch-0002.pt")["model"]
-    for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
-    la, lb = _read_log(single), _read_log(multi)
-    assert [r["kind"] for r in la] == [r["kind"] for r in lb]
-    for ra, rb in zip(la, lb):
-        assert ra["loss"] == pytest.approx(rb["loss"], rel=1e-4)
 
 
 def _scripted_scores(scores):

@@ -21,7 +21,8 @@ from floorgap.models.drafters import DrafterConfig, build_drafter
 from floorgap.models.targets import load_target
 from floorgap.probes.drafter_eval import (
     anchor_eval_records,
-    evaluate_anchor,
+    anchor_target,
+    evaluate_drafter,
     path_arrays,
     target_path_probs,
 )
@@ -86,10 +87,13 @@ class TargetAsDrafter:
         return logits if slots is None else logits[:, list(slots)]
 
 
+def _evaluate_at(model, drafter, ctx, seed, tokens, logp):
+    at = anchor_target(model, ctx, tokens, logp, law=LAW, forward_batch=M)
+    return evaluate_drafter(model, drafter, at, law=LAW, anchor_seed=seed)
+
+
 def _evaluate(model, drafter, stored):
-    ctx, seed, tokens, logp = stored
-    return evaluate_anchor(model, drafter, ctx, tokens, logp, law=LAW, anchor_seed=seed,
-                           forward_batch=M)
+    return _evaluate_at(model, drafter, *stored)
 
 
 def test_recomputed_probabilities_match_the_stored_logp(model, stored):
@@ -237,8 +241,7 @@ def test_oracle_risk_is_at_least_the_order1_floor_on_every_anchor(model, smoke_d
                              forward_batch=M)
         paths, floors = anchor_records(a.anchor_id, block, store_top_k=4)
         tokens, logp = path_arrays(dataclass_rows(paths), GAMMA)
-        ev = evaluate_anchor(model, drafter, ctx, tokens, logp, law=LAW, anchor_seed=seed,
-                             forward_batch=M)
+        ev = _evaluate_at(model, drafter, ctx, seed, tokens, logp)
         _, slots = anchor_eval_records(a.anchor_id, ev)
         t1 = {f.slot: f.t1_plugin for f in floors}
         for s in slots:

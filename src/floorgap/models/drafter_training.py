@@ -133,7 +133,7 @@ def train_config(spec: Mapping[str, Any], checkpoint_dir: Path, device: str) -> 
                        weight_decay=float(tr.get("weight_decay", 0.01)),
                        seed=derive_seed(int(spec["seed"]), "drafter-train",
                                        variant.get("seed_key", variant["name"])),
-                       checkpoint_dir=str(checkpoint_dir), device=device, sparse_targets=True,
+                       checkpoint_dir=str(checkpoint_dir), device=device,
                        autocast_dtype=tr.get("autocast"))
 
 
@@ -265,12 +265,6 @@ class BlockExamples:
                 "committed": toks[c - 1], "block_tokens": toks[c[:, None] + slot],
                 "target_ids": self.data["target_ids"][rows].long(),
                 "target_vals": self.data["target_vals"][rows].float()}
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        import torch
-
-        b = self.gather(torch.tensor([i]))
-        return {k: v[0] for k, v in b.items() if k != "feature_index"}
 
 
 def heldout_risk(drafter: Any, examples: BlockExamples, batch_size: int) -> dict[str, Any]:

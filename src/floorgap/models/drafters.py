@@ -27,8 +27,8 @@ floorgap.models.engine_formats writes and reads them). A DFlash block has gamma 
 [E(c), E(mask) x gamma] and row k + 1 proposes slot k; the DSpark-style kinds have gamma rows
 and row k proposes slot k (``DrafterConfig.sample_from_anchor``).
 
-Kinds
------
+Kinds (one subclass of :class:`Drafter` each, :data:`DRAFTER_CLASSES`)
+-----------------------------------------------------------------------
 ``dflash``  Parallel backbone; q_k = softmax(u_k), a function of X only.
 ``dspark``  Same backbone + low-rank Markov correction  l_k = u_k + B(A[z_{k-1}]) + confidence.
 ``prefix_attention``  Same backbone (optionally with short convolutions and slot embeddings)
@@ -39,7 +39,8 @@ Common API (used by training and evaluation)
 --------------------------------------------
 ``forward(features, committed, block_tokens, prefix_mask) -> DrafterOutput``  teacher forcing:
     the predecessor of slot k is block_tokens[:, k-1], of slot 0 the committed token.
-``loss(output, target_probs, block_tokens) -> (loss, parts)``.
+``loss(output, targets, block_tokens) -> (loss, parts)``  :func:`block_objective` plus the kind's
+    auxiliary terms.
 ``propose(features, committed, predecessors, prefix_mask) -> logits [B, G, V]``  the proposal
     for given predecessors (oracle mode); q_k = softmax(logits_k / temperature).
 ``draft(features, committed, prefix_mask, temperature, generator) -> Draft``  self mode: the
@@ -59,9 +60,7 @@ from torch import Tensor, nn
 from floorgap.config import KIND_ORDER
 from floorgap.estimators.topk import logsumexp_gather, topk_divergences
 
-KINDS = ("dflash", "dspark", "prefix_attention")
 OBJECTIVES = ("ce", "kl", "tv")
-ORDER = {k: KIND_ORDER[k] for k in KINDS}
 
 
 @dataclass
@@ -429,31 +428,31 @@ class ConfidenceHead(nn.Module):
 
 
 class Drafter(nn.Module):
+    """What every kind shares: the backbone, the borrowed target tables, the trimmed draft
+    vocabulary, the mask rows and the objective. A kind is a subclass (:data:`DRAFTER_CLASSES`)
+    that adds its heads and its passes (``forward``, ``propose``, ``propose_paths``, ``draft``)
+    and any auxiliary loss terms (``_aux_losses``)."""
+
+    kind: str = ""
+
     def __init__(self, cfg: DrafterConfig, embed: nn.Module, head: nn.Module) -> None:
         super().__init__()
         if cfg.vocab_size is None or cfg.target_hidden is None or cfg.mask_token_id is None:
             raise ValueError("vocab_size, target_hidden and mask_token_id must be set "
                              "(build_drafter fills them from the target)")
+        if cfg.kind != self.kind:
+            raise ValueError(f"a {type(self).__name__} drafts kind {self.kind!r}, not "
+                             f"{cfg.kind!r} (build_drafter picks the class)")
         self.cfg = cfg
         self._shared = _Shared(embed, head)
         self._head_cast: tuple[Any, Tensor] | None = None
         for p in list(embed.parameters()) + list(head.parameters()):
             p.requires_grad_(False)
         embed_dim = embed.weight.shape[1]
-        d = cfg.hidden_size
         self.backbone = Backbone(cfg)
-        self.markov_head: MarkovHead | None = None
-        self.head: PrefixHead | None = None
-        self.confidence_head: ConfidenceHead | None = None
-        if cfg.kind == "dspark":
-            self.markov_head = MarkovHead(cfg.vocab_size, cfg.markov_rank, cfg.draft_vocab_size)
-            self.confidence_head = ConfidenceHead(d + cfg.markov_rank)
-        elif cfg.kind == "prefix_attention":
-            self.head = PrefixHead(cfg, embed_dim)
-            self.confidence_head = ConfidenceHead(d + cfg.head_width)
+        self._add_heads(embed_dim)
         self.apply(self._init)
-        if self.markov_head is not None:
-            nn.init.zeros_(self.markov_head.markov_w2.weight)  # untrained Markov head == backbone
+        self._reset_heads()
         ids = t2d = None
         if cfg.draft_vocab is not None:
             ids = torch.tensor(cfg.draft_vocab, dtype=torch.long)
@@ -472,6 +471,12 @@ class Drafter(nn.Module):
             # random at the scale of the target's own token embeddings
             scale = float(embed.weight.detach().float().std())
             self.mask_embed = nn.Parameter(torch.randn(embed_dim) * scale)
+
+    def _add_heads(self, embed_dim: int) -> None:
+        """Register the kind's own heads (before the shared initialisation)."""
+
+    def _reset_heads(self) -> None:
+        """Adjust the kind's heads after the shared initialisation."""
 
     def _init(self, m: nn.Module) -> None:
         # Module.apply visits children first, so a ShortConv re-zeroes its gates afterwards.
@@ -583,32 +588,277 @@ class Drafter(nn.Module):
         """Predecessors of slots 0..G-1: [committed, tokens[:, 0], ..., tokens[:, G-2]]."""
         return torch.cat([committed.view(-1, 1), tokens[:, : g - 1]], dim=1)
 
-    def _order1(self, h: Tensor, ctx: Tensor, u: Tensor, pm: Tensor, pred: Tensor,
-                feature_index: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """Full-vocabulary order-1 logits for one predecessor per slot. pred [B, G].
-        Returns (logits [B,G,V], confidence [B,G])."""
-        if self.markov_head is not None:
-            bias, a = self.markov_head(pred)                                  # [B,G,V], [B,G,r]
-            return u + bias.float(), self.confidence_head(h, a)
-        f = self.head(self.embed(pred)[:, :, None], h, ctx, pm, feature_index)[:, :, 0]
-        return u + self.head.out(f).float(), self.confidence_head(h, f)
-
+    # ---- the kind's passes (the API in the module docstring)
     def forward(self, features: Tensor, committed: Tensor, block_tokens: Tensor | None = None,
                 prefix_mask: Tensor | None = None, feature_index: Tensor | None = None
                 ) -> DrafterOutput:
         """Teacher-forced pass. features [S, T, F]; committed [B]; block_tokens [B, G];
         feature_index [B] (blocks sharing left-aligned contexts, see :class:`Backbone`)."""
+        raise NotImplementedError
+
+    def propose(self, features: Tensor, committed: Tensor, predecessors: Tensor | None = None,
+                prefix_mask: Tensor | None = None) -> Tensor:
+        """Proposal logits [B, G, V] for given predecessors (oracle mode).
+
+        ``predecessors[:, j]`` is the predecessor of slot j + 1 (the target's realised Z_j);
+        slot 0's predecessor is ``committed``. A [B, G] block may be passed as is (its last
+        column is unused). The proposal is q_k = softmax(logits_k / temperature).
+        """
+        raise NotImplementedError
+
+    def propose_paths(self, features: Tensor, committed: Tensor, predecessors: Tensor,
+                      prefix_mask: Tensor | None = None, slots: Sequence[int] | None = None
+                      ) -> Tensor:
+        """:meth:`propose` for M predecessor rows that share one context, on ``slots`` only.
+
+        ``features`` [1, T, F], ``committed`` [1], ``predecessors`` [M, G] as in
+        :meth:`propose`. Equals ``propose(features.expand(M, ...), committed.expand(M),
+        predecessors, prefix_mask.expand(M, -1))[:, slots]`` up to float rounding, but runs the
+        block pass (backbone and base logits u, which do not see the predecessors) once and
+        reads the output head only at ``slots``: the evaluation probe's self chain asks for one
+        slot at a time. Returns [M, S, V] (S = len(slots), all slots by default).
+        """
+        raise NotImplementedError
+
+    def draft(self, features: Tensor, committed: Tensor, prefix_mask: Tensor | None = None,
+              temperature: float = 1.0, generator: torch.Generator | None = None) -> Draft:
+        """Self mode: draw the chain left to right from the drafter's own proposals (greedy at
+        temperature 0: the per-slot argmax given the chosen predecessor, not a global Viterbi
+        path; otherwise softmax(logits / temperature) sampled with ``generator``). Returns the
+        tokens and, per slot, the logits of the proposal that drew them."""
+        raise NotImplementedError
+
+    def _one_path(self, features: Tensor, committed: Tensor, predecessors: Tensor,
+                  prefix_mask: Tensor | None, slots: Sequence[int] | None
+                  ) -> tuple[list[int], Tensor, Tensor, Tensor, Tensor, int]:
+        """The shared start of :meth:`propose_paths`: (slots, h, ctx, u at the slots, the prefix
+        mask, M)."""
+        if features.shape[0] != 1:
+            raise ValueError("propose_paths takes one context (features of batch size 1)")
+        ks = list(range(self.cfg.gamma)) if slots is None else [int(k) for k in slots]
+        h, ctx, u, pm = self._block(features, committed, prefix_mask)
+        return ks, h, ctx, u[:, ks], pm, predecessors.shape[0]
+
+    # ---- objective
+    def slot_weights(self, g: int, device: Any = None) -> Tensor:
+        return slot_weights(g, self.cfg.slot_decay, device)
+
+    def loss(self, output: DrafterOutput, targets: Tensor | TopKTargets | None,
+             block_tokens: Tensor) -> tuple[Tensor, dict[str, float]]:
+        """:func:`block_objective` on the draft vocabulary plus the kind's auxiliary terms
+        (``_aux_losses``: name -> (weight, slot-weighted batch mean)). ``targets`` is p_k, dense
+        [B, G, V] or its stored top-K (:class:`TopKTargets`)."""
+        objective = self.cfg.objective
+        needs_p = objective != "ce" or self.order > 0
+        if needs_p and targets is None:
+            raise ValueError(f"the {objective} objective of a {self.kind} drafter needs "
+                             "the target's distributions")
+        top = valid = None
+        if targets is not None:
+            top, valid = self.draft_targets(TopKTargets.of(targets))
+        tokens = block_tokens if self.target_to_draft is None else \
+            self.target_to_draft[block_tokens]
+        w = self.slot_weights(output.logits.shape[1], output.logits.device)
+        total, parts, tv = block_objective(output.logits, top, valid, tokens, objective,
+                                           w / w.sum(), needs_p)
+        for name, (weight, value) in self._aux_losses(output, top, valid, tv, w / w.sum()).items():
+            total = total + weight * value
+            parts[name] = float(value.detach())
+        parts["loss"] = float(total.detach())
+        return total, parts
+
+    def _aux_losses(self, output: DrafterOutput, top: TopKTargets | None, valid: Tensor | None,
+                    tv: Tensor | None, weights: Tensor) -> dict[str, tuple[float, Tensor]]:
+        return {}
+
+
+def slot_weights(g: int, decay: float, device: Any = None) -> Tensor:
+    """The loss's slot weights exp(-k / decay), k = 0..g-1 (unnormalised)."""
+    k = torch.arange(g, device=device, dtype=torch.float32)
+    return torch.exp(-k / decay)
+
+
+def _weighted(x: Tensor, weights: Tensor) -> Tensor:
+    """[B, G] -> the slot-weighted batch mean (weights sum to 1)."""
+    return (x * weights).sum(-1).mean()
+
+
+def block_objective(logits: Tensor, top: TopKTargets | None, valid: Tensor | None,
+                    tokens: Tensor, objective: str, weights: Tensor, needs_p: bool
+                    ) -> tuple[Tensor, dict[str, float], Tensor | None]:
+    """The main term of a drafter's loss over draft-vocabulary logits [B, G, N], slot-weighted
+    (``weights`` [G], summing to 1) and averaged over the batch. Returns (loss, parts, the TV
+    against the whole p [B, G] or None).
+
+    ``ce``: the cross-entropy of the realised tokens (draft indices, -1 outside the draft
+    vocabulary are skipped); ``kl``: KL(p_k || q_k); ``tv``: TV(p_k, q_k), both on the top-K of
+    p plus one residual bucket (:func:`topk_divergences`). CE on a sampled Z_k ~ p_k and
+    KL(p_k || .) have the same minimiser; KL replaces the one-hot sample by p_k itself. With a
+    trimmed vocabulary (``valid``) the objective fits p restricted to the draft vocabulary (the
+    best q it can hold) while the TV reported stays against the whole p, charging the mass
+    outside.
+    """
+    b, g, v = logits.shape  # logits kept in their precision: topk_divergences reads float32
+    honest = topk_divergences(logits, top.ids, top.vals, valid) if needs_p else {}
+    div = honest
+    if valid is not None and needs_p:
+        inside = torch.where(valid, top.vals.float(), torch.zeros_like(top.vals.float()))
+        kept = (1 - (top.vals.float() - inside).sum(-1, keepdim=True)).clamp_min(1e-12)
+        div = topk_divergences(logits, top.ids, inside / kept, valid)
+    if objective == "ce":
+        ce = F.cross_entropy(logits.float().reshape(-1, v), tokens.reshape(-1),
+                             reduction="none", ignore_index=-1).view(b, g)
+        total = _weighted(ce, weights)
+    else:
+        total = _weighted(div[objective], weights)
+    parts = {objective: float(total.detach())}
+    if "tv" in honest and (objective != "tv" or honest is not div):
+        parts["tv"] = float(_weighted(honest["tv"], weights).detach())
+    return total, parts, honest.get("tv")
+
+
+class DFlashDrafter(Drafter):
+    """DFlash (order 0): q_k = softmax(u_k), a function of the context X only; the block has
+    gamma + 1 rows and row k + 1 proposes slot k."""
+
+    kind = "dflash"
+
+    def forward(self, features: Tensor, committed: Tensor, block_tokens: Tensor | None = None,
+                prefix_mask: Tensor | None = None, feature_index: Tensor | None = None
+                ) -> DrafterOutput:
+        u = self._block(features, committed, prefix_mask, feature_index)[2]
+        return DrafterOutput(logits=u, base_logits=u)
+
+    @torch.no_grad()
+    def propose(self, features: Tensor, committed: Tensor, predecessors: Tensor | None = None,
+                prefix_mask: Tensor | None = None) -> Tensor:
+        """The predecessors are ignored (order 0)."""
+        return self.full_vocab(self._block(features, committed, prefix_mask)[2])
+
+    @torch.no_grad()
+    def propose_paths(self, features: Tensor, committed: Tensor, predecessors: Tensor,
+                      prefix_mask: Tensor | None = None, slots: Sequence[int] | None = None
+                      ) -> Tensor:
+        _, _, _, u, _, m = self._one_path(features, committed, predecessors, prefix_mask, slots)
+        return self.full_vocab(u).expand(m, -1, -1)
+
+    @torch.no_grad()
+    def draft(self, features: Tensor, committed: Tensor, prefix_mask: Tensor | None = None,
+              temperature: float = 1.0, generator: torch.Generator | None = None) -> Draft:
+        """The slots are drawn independently from one parallel pass."""
+        u = self._block(features, committed, prefix_mask)[2]
+        tokens = torch.stack([_pick(u[:, k], temperature, generator)
+                              for k in range(u.shape[1])], 1)
+        return Draft(tokens=self.to_target_ids(tokens), logits=self.full_vocab(u))
+
+
+class _Order1Drafter(Drafter):
+    """An order-1 kind: slot k's proposal also reads its predecessor z_{k-1} (slot 0 the
+    committed token), and a confidence head predicts each slot's acceptance, trained with
+    conf_weight * BCE(confidence, 1 - TV) (TV detached)."""
+
+    def _order1(self, h: Tensor, ctx: Tensor, u: Tensor, pm: Tensor, pred: Tensor,
+                feature_index: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Draft-vocabulary logits [B, G, N] for one predecessor per slot (pred [B, G]) and the
+        confidence [B, G]."""
+        raise NotImplementedError
+
+    def _nomination_logits(self, u: Tensor) -> Tensor | None:
+        return None
+
+    def forward(self, features: Tensor, committed: Tensor, block_tokens: Tensor | None = None,
+                prefix_mask: Tensor | None = None, feature_index: Tensor | None = None
+                ) -> DrafterOutput:
         h, ctx, u, pm = self._block(features, committed, prefix_mask, feature_index)
-        if self.cfg.kind == "dflash":
-            return DrafterOutput(logits=u, base_logits=u)
         if block_tokens is None:
-            raise ValueError(f"{self.cfg.kind} needs block_tokens (predecessors) in forward")
+            raise ValueError(f"{self.kind} needs block_tokens (predecessors) in forward")
         pred = self._shift(committed, block_tokens, self.cfg.gamma)
         logits, conf = self._order1(h, ctx, u, pm, pred, feature_index)
-        nom = u if self.cfg.kind == "prefix_attention" else None
-        return DrafterOutput(logits=logits, base_logits=u, confidence=conf, nomination_logits=nom)
+        return DrafterOutput(logits=logits, base_logits=u, confidence=conf,
+                             nomination_logits=self._nomination_logits(u))
 
-    # ---- prefix-attention inference on the nominated lattice
+    def _predecessors(self, committed: Tensor, predecessors: Tensor | None) -> Tensor:
+        if predecessors is None:
+            raise ValueError(f"{self.kind} needs predecessors")
+        return self._shift(committed, predecessors, self.cfg.gamma)
+
+    def _aux_losses(self, output: DrafterOutput, top: TopKTargets | None, valid: Tensor | None,
+                    tv: Tensor | None, weights: Tensor) -> dict[str, tuple[float, Tensor]]:
+        conf = output.confidence.float().clamp(1e-6, 1 - 1e-6)
+        accept = (1 - tv).detach().clamp(0.0, 1.0)
+        bce = F.binary_cross_entropy(conf, accept, reduction="none")
+        return {"conf": (self.cfg.conf_weight, _weighted(bce, weights))}
+
+
+class DSparkDrafter(_Order1Drafter):
+    """DSpark (order 1): the backbone's u_k plus the low-rank Markov correction B(A[z_{k-1}])
+    of the predecessor, l_k = u_k + B(A[z_{k-1}]), and the confidence head."""
+
+    kind = "dspark"
+
+    def _add_heads(self, embed_dim: int) -> None:
+        cfg = self.cfg
+        self.markov_head = MarkovHead(cfg.vocab_size, cfg.markov_rank, cfg.draft_vocab_size)
+        self.confidence_head = ConfidenceHead(cfg.hidden_size + cfg.markov_rank)
+
+    def _reset_heads(self) -> None:
+        nn.init.zeros_(self.markov_head.markov_w2.weight)  # untrained Markov head == backbone
+
+    def _order1(self, h: Tensor, ctx: Tensor, u: Tensor, pm: Tensor, pred: Tensor,
+                feature_index: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        bias, a = self.markov_head(pred)                                      # [B,G,N], [B,G,r]
+        return u + bias.float(), self.confidence_head(h, a)
+
+    @torch.no_grad()
+    def propose(self, features: Tensor, committed: Tensor, predecessors: Tensor | None = None,
+                prefix_mask: Tensor | None = None) -> Tensor:
+        h, ctx, u, pm = self._block(features, committed, prefix_mask)
+        pred = self._predecessors(committed, predecessors)
+        return self.full_vocab(self._order1(h, ctx, u, pm, pred)[0])
+
+    @torch.no_grad()
+    def propose_paths(self, features: Tensor, committed: Tensor, predecessors: Tensor,
+                      prefix_mask: Tensor | None = None, slots: Sequence[int] | None = None
+                      ) -> Tensor:
+        ks, _, _, u, _, m = self._one_path(features, committed, predecessors, prefix_mask, slots)
+        pred = self._shift(committed.view(1).expand(m), predecessors, self.cfg.gamma)[:, ks]
+        return self.full_vocab(u + self.markov_head(pred)[0].float())         # [M, S, V]
+
+    @torch.no_grad()
+    def draft(self, features: Tensor, committed: Tensor, prefix_mask: Tensor | None = None,
+              temperature: float = 1.0, generator: torch.Generator | None = None) -> Draft:
+        """Each slot adds B(A[z_{k-1}]) for the drafter's own previous token."""
+        u = self._block(features, committed, prefix_mask)[2]
+        b, g = u.shape[:2]
+        tokens, rows, prev = [], [], committed.view(b)
+        for k in range(g):
+            row = u[:, k] + self.markov_head(prev)[0].float()
+            prev = self.to_target_ids(_pick(row, temperature, generator))
+            tokens.append(prev)
+            rows.append(row)
+        return Draft(tokens=torch.stack(tokens, 1), logits=self.full_vocab(torch.stack(rows, 1)))
+
+
+class PrefixAttentionDrafter(_Order1Drafter):
+    """The prefix-attention head (order 1, paper Sec. 4): l_k(X, a) = u_k(X) + B f_head(x_{k,a},
+    H_X) and the confidence head; at inference the proposal lives on the top-K nominations of
+    u_k, trained by nom_weight * L_nom (the cross-entropy of u_k's renormalised distribution on
+    S_k, the target's top-``nominate_k`` tokens, against p's renormalised mass there)."""
+
+    kind = "prefix_attention"
+
+    def _add_heads(self, embed_dim: int) -> None:
+        self.head = PrefixHead(self.cfg, embed_dim)
+        self.confidence_head = ConfidenceHead(self.cfg.hidden_size + self.cfg.head_width)
+
+    def _order1(self, h: Tensor, ctx: Tensor, u: Tensor, pm: Tensor, pred: Tensor,
+                feature_index: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        f = self.head(self.embed(pred)[:, :, None], h, ctx, pm, feature_index)[:, :, 0]
+        return u + self.head.out(f).float(), self.confidence_head(h, f)
+
+    def _nomination_logits(self, u: Tensor) -> Tensor | None:
+        return u
+
     def _pair_scores(self, h: Tensor, ctx: Tensor, u: Tensor, pm: Tensor, pred: Tensor,
                      succ: Tensor) -> Tensor:
         """Scores l_k(X, a)_v for predecessor hypotheses pred [B, G, P] and nominated successors
@@ -628,23 +878,10 @@ class Drafter(nn.Module):
     @torch.no_grad()
     def propose(self, features: Tensor, committed: Tensor, predecessors: Tensor | None = None,
                 prefix_mask: Tensor | None = None) -> Tensor:
-        """Proposal logits [B, G, V] for given predecessors (oracle mode).
-
-        ``predecessors[:, j]`` is the predecessor of slot j + 1 (the target's realised Z_j);
-        slot 0's predecessor is ``committed``. A [B, G] block may be passed as is (its last
-        column is unused). The proposal is q_k = softmax(logits_k / temperature). For the
-        prefix-attention kind the logits are -inf outside the top-K nominations of u_k, so q_k
-        is normalised over the nominated successors and zero elsewhere. DFlash ignores the
-        predecessors.
-        """
+        """The logits are -inf outside the top-K nominations of u_k, so q_k is normalised over
+        the nominated successors and zero elsewhere."""
         h, ctx, u, pm = self._block(features, committed, prefix_mask)
-        if self.cfg.kind == "dflash":
-            return self.full_vocab(u)
-        if predecessors is None:
-            raise ValueError(f"{self.cfg.kind} needs predecessors")
-        pred = self._shift(committed, predecessors, self.cfg.gamma)
-        if self.cfg.kind == "dspark":
-            return self.full_vocab(self._order1(h, ctx, u, pm, pred)[0])
+        pred = self._predecessors(committed, predecessors)
         succ = u.topk(self.cfg.nominate_k, dim=-1).indices                    # [B, G, K]
         scores = self._pair_scores(h, ctx, u, pm, pred[:, :, None], succ)[:, :, 0]
         return self._scatter(scores, succ)
@@ -653,26 +890,9 @@ class Drafter(nn.Module):
     def propose_paths(self, features: Tensor, committed: Tensor, predecessors: Tensor,
                       prefix_mask: Tensor | None = None, slots: Sequence[int] | None = None
                       ) -> Tensor:
-        """:meth:`propose` for M predecessor rows that share one context, on ``slots`` only.
-
-        ``features`` [1, T, F], ``committed`` [1], ``predecessors`` [M, G] as in
-        :meth:`propose`. Equals ``propose(features.expand(M, ...), committed.expand(M),
-        predecessors, prefix_mask.expand(M, -1))[:, slots]`` up to float rounding, but runs the
-        block pass (backbone and base logits u, which do not see the predecessors) once and
-        reads the output head only at ``slots``: the evaluation probe's self chain asks for one
-        slot at a time. Returns [M, S, V] (S = len(slots), all slots by default).
-        """
-        if features.shape[0] != 1:
-            raise ValueError("propose_paths takes one context (features of batch size 1)")
-        ks = list(range(self.cfg.gamma)) if slots is None else [int(k) for k in slots]
-        h, ctx, u, pm = self._block(features, committed, prefix_mask)
-        m = predecessors.shape[0]
-        u = u[:, ks]                                                          # [1, S, N]
-        if self.cfg.kind == "dflash":
-            return self.full_vocab(u).expand(m, -1, -1)
+        ks, h, ctx, u, pm, m = self._one_path(features, committed, predecessors, prefix_mask,
+                                              slots)
         pred = self._shift(committed.view(1).expand(m), predecessors, self.cfg.gamma)[:, ks]
-        if self.cfg.kind == "dspark":
-            return self.full_vocab(u + self.markov_head(pred)[0].float())     # [M, S, V]
         succ = u.topk(self.cfg.nominate_k, dim=-1).indices                    # [1, S, K]
         # the M predecessors are M hypotheses of one context: [1, S, M] -> scores [1, S, M, K]
         scores = self._pair_scores(h[:, ks], ctx, u, pm, pred.T[None], succ)[0]
@@ -681,31 +901,11 @@ class Drafter(nn.Module):
     @torch.no_grad()
     def draft(self, features: Tensor, committed: Tensor, prefix_mask: Tensor | None = None,
               temperature: float = 1.0, generator: torch.Generator | None = None) -> Draft:
-        """Self mode: draw the chain left to right from the drafter's own proposals.
-
-        Temperature 0 is greedy (per-slot argmax given the chosen predecessor; not a global
-        Viterbi path); otherwise each slot samples from softmax(logits / temperature) with
-        ``generator``. DFlash samples slots independently from one parallel pass. DSpark adds
-        B(A[z_{k-1}]) for its own previous token. The prefix-attention kind nominates the
-        top-K of u_k per slot, scores all (slot k-1 candidate, slot k candidate) pairs in one
-        head pass (slot 0 against the committed token), and walks the lattice: the chosen
-        token of slot k-1 selects the row of conditional scores used at slot k.
-        Returns the tokens and, per slot, the logits of the proposal that drew them.
-        """
+        """Nominate the top-K of u_k per slot, score every (slot k-1 candidate, slot k
+        candidate) pair in one head pass (slot 0 against the committed token) and walk the
+        lattice: the chosen token of slot k-1 selects the row of scores used at slot k."""
         h, ctx, u, pm = self._block(features, committed, prefix_mask)
         b, g = u.shape[:2]
-        if self.cfg.kind == "dflash":
-            tokens = torch.stack([_pick(u[:, k], temperature, generator) for k in range(g)], 1)
-            return Draft(tokens=self.to_target_ids(tokens), logits=self.full_vocab(u))
-        if self.cfg.kind == "dspark":
-            tokens, rows, prev = [], [], committed.view(b)
-            for k in range(g):
-                row = u[:, k] + self.markov_head(prev)[0].float()
-                prev = self.to_target_ids(_pick(row, temperature, generator))
-                tokens.append(prev)
-                rows.append(row)
-            return Draft(tokens=torch.stack(tokens, 1),
-                         logits=self.full_vocab(torch.stack(rows, 1)))
         kk = self.cfg.nominate_k
         succ = u.topk(kk, dim=-1).indices                                     # [B, G, K]
         # predecessor hypotheses: slot 0 -> committed (repeated), slot k -> slot k-1's nominees
@@ -724,79 +924,24 @@ class Drafter(nn.Module):
         logits = self._scatter(torch.stack(rows, 1), succ)
         return Draft(tokens=torch.stack(tokens, 1), logits=logits)
 
-    # ---- objective
-    def slot_weights(self, g: int, device: Any = None) -> Tensor:
-        k = torch.arange(g, device=device, dtype=torch.float32)
-        return torch.exp(-k / self.cfg.slot_decay)
+    def _aux_losses(self, output: DrafterOutput, top: TopKTargets | None, valid: Tensor | None,
+                    tv: Tensor | None, weights: Tensor) -> dict[str, tuple[float, Tensor]]:
+        terms = super()._aux_losses(output, top, valid, tv, weights)
+        k = min(self.cfg.nominate_k, top.ids.shape[-1])
+        p_nom = top.vals[..., :k].float()
+        if valid is not None:  # nominations live in the draft vocabulary
+            p_nom = torch.where(valid[..., :k], p_nom, torch.zeros_like(p_nom))
+        p_nom = p_nom / p_nom.sum(-1, keepdim=True).clamp_min(1e-12)
+        lse, picked = logsumexp_gather(output.base_logits, top.ids[..., :k])
+        l_nom = _weighted(-(p_nom * (picked - lse.unsqueeze(-1))).sum(-1), weights)
+        return {**terms, "nom": (self.cfg.nom_weight, l_nom)}
 
-    def loss(self, output: DrafterOutput, targets: Tensor | TopKTargets | None,
-             block_tokens: Tensor) -> tuple[Tensor, dict[str, float]]:
-        """Slot-weighted objective (weights exp(-k / slot_decay), normalised to sum 1; batch
-        mean). ``targets`` is p_k, dense [B, G, V] or its stored top-K (:class:`TopKTargets`).
 
-        Main term (``objective``): ``ce`` the cross-entropy of the realised tokens; ``kl``
-        KL(p_k || q_k); ``tv`` TV(p_k, q_k) (both on the top-K of p plus one residual bucket,
-        :func:`topk_divergences`). CE on a sampled Z_k ~ p_k and KL(p_k || .) have the same
-        minimiser; KL replaces the one-hot sample by p_k itself.
-        Order-1 kinds add conf_weight * BCE(confidence, 1 - TV) with the TV detached (the
-        confidence predicts the acceptance of the slot's proposal); the prefix-attention kind adds
-        nom_weight * L_nom on u_k, the cross-entropy of u_k's renormalised distribution on S_k,
-        the target's top-``nominate_k`` tokens, against p's renormalised mass there.
-        """
-        logits = output.logits  # kept in its precision: topk_divergences reads it in float32
-        b, g, v = logits.shape
-        w = self.slot_weights(g, logits.device)
-        w = w / w.sum()
-
-        def reduce(x: Tensor) -> Tensor:                                      # [B, G] -> []
-            return (x * w).sum(-1).mean()
-
-        objective = self.cfg.objective
-        needs_p = objective != "ce" or self.cfg.kind != "dflash"
-        if needs_p and targets is None:
-            raise ValueError(f"the {objective} objective of a {self.cfg.kind} drafter needs "
-                             "the target's distributions")
-        top = valid = None
-        if targets is not None:
-            top, valid = self.draft_targets(TopKTargets.of(targets))
-        div = topk_divergences(logits, top.ids, top.vals, valid) if needs_p else {}
-        honest = div
-        if valid is not None and needs_p:
-            # the objective fits p restricted to the draft vocabulary (the best q it can hold);
-            # the TV reported stays against the whole p, charging the mass outside
-            inside = torch.where(valid, top.vals.float(), torch.zeros_like(top.vals.float()))
-            kept = (1 - (top.vals.float() - inside).sum(-1, keepdim=True)).clamp_min(1e-12)
-            div = topk_divergences(logits, top.ids, inside / kept, valid)
-        if objective == "ce":
-            tok = block_tokens if self.target_to_draft is None else \
-                self.target_to_draft[block_tokens]
-            ce = F.cross_entropy(logits.float().reshape(-1, v), tok.reshape(-1),
-                                 reduction="none", ignore_index=-1).view(b, g)
-            total = reduce(ce)
-        else:
-            total = reduce(div[objective])
-        parts = {objective: float(total.detach())}
-        if "tv" in honest and (objective != "tv" or honest is not div):
-            parts["tv"] = float(reduce(honest["tv"]).detach())
-        if output.confidence is not None:
-            conf = output.confidence.float().clamp(1e-6, 1 - 1e-6)
-            accept = (1 - honest["tv"]).detach().clamp(0.0, 1.0)
-            l_conf = reduce(F.binary_cross_entropy(conf, accept, reduction="none"))
-            total = total + self.cfg.conf_weight * l_conf
-            parts["conf"] = float(l_conf.detach())
-        if self.cfg.kind == "prefix_attention":
-            k = min(self.cfg.nominate_k, top.ids.shape[-1])
-            p_nom = top.vals[..., :k].float()
-            if valid is not None:  # nominations live in the draft vocabulary
-                p_nom = torch.where(valid[..., :k], p_nom, torch.zeros_like(p_nom))
-            p_nom = p_nom / p_nom.sum(-1, keepdim=True).clamp_min(1e-12)
-            lse, picked = logsumexp_gather(output.base_logits, top.ids[..., :k])
-            logq = picked - lse.unsqueeze(-1)
-            l_nom = reduce(-(p_nom * logq).sum(-1))
-            total = total + self.cfg.nom_weight * l_nom
-            parts["nom"] = float(l_nom.detach())
-        parts["loss"] = float(total.detach())
-        return total, parts
+# one class per kind: adding a kind is a subclass here, its order in floorgap.config.KIND_ORDER
+DRAFTER_CLASSES: dict[str, type[Drafter]] = {
+    c.kind: c for c in (DFlashDrafter, DSparkDrafter, PrefixAttentionDrafter)}
+KINDS = tuple(DRAFTER_CLASSES)
+ORDER = {k: KIND_ORDER[k] for k in KINDS}
 
 
 @dataclass
@@ -836,7 +981,7 @@ def build_drafter(config: DrafterConfig, target_model: nn.Module) -> Drafter:
     cfg = replace(config, target_hidden=config.target_hidden or hidden, vocab_size=vocab,
                   mask_token_id=config.mask_token_id if config.mask_token_id is not None
                   else vocab - 1)
-    model = Drafter(cfg, embed, head)
+    model = DRAFTER_CLASSES[cfg.kind](cfg, embed, head)
     return model.to(device=embed.weight.device)
 
 

@@ -2,20 +2,22 @@
 
 A drafter is an ``nn.Module`` with
 
-* ``forward(features, committed, block_tokens, prefix_mask=None) -> output`` and
-* ``loss(output, target_probs, block_tokens) -> (loss, parts)`` where ``loss`` is the mean over
-  the batch and ``parts`` maps names to floats.
+* ``forward(features, committed, block_tokens, prefix_mask=..., feature_index=...) -> output``
+  and
+* ``loss(output, targets, block_tokens) -> (loss, parts)`` with ``targets`` the target's top-K
+  law (:class:`floorgap.models.drafters.TopKTargets`), ``loss`` the mean over the batch and
+  ``parts`` a map of names to floats.
 
 Parameters with ``requires_grad=False`` (the shared target tables a drafter borrows) are frozen:
 they are not given to the optimiser and are not written into checkpoints; a checkpoint stores a
 fingerprint of them instead, so loading it into a drafter built on a different target fails.
 
-A training example is a dict of tensors: ``features [T, F]``, ``prefix_mask [T]`` (optional),
-``committed []``, ``block_tokens [gamma]`` and either dense ``target_probs [gamma, V]`` or the
-sparse top-K form ``target_ids [gamma, K]`` + ``target_vals [gamma, K]``. Batches keep the sparse
-form on the host and are densified on the training device, one batch at a time.
+The examples are one object with the :class:`Examples` interface (in the workflow,
+:class:`floorgap.models.drafter_training.BlockExamples`): it orders the epoch's batches and
+gathers each one; the loop below is the only one that trains a drafter.
 
-Determinism. The batch order of epoch ``e`` is a permutation keyed by ``(seed, e)``, and the
+Determinism. The batch order of epoch ``e`` is keyed by ``(seed, e)`` (the examples' own
+``epoch_batches``), and the
 global random state is re-seeded from ``(seed, e, rank)`` at the start of every epoch, so an epoch
 does the same work whether or not the run was resumed before it. A checkpoint is written
 atomically after every epoch (temporary file + ``os.replace``; the file format and its loaders
@@ -26,28 +28,25 @@ Data parallel. ``config.batch_size`` is the *global* batch: each batch is split 
 (rank ``r`` takes positions ``r, r + world, ...``) and every rank's loss is weighted by its share,
 so the all-reduced gradient equals the single-process gradient of the whole batch; the number of
 steps and the trajectory do not depend on the number of processes beyond floating-point
-reduction order. Only rank 0 writes checkpoints and logs. Run under ``torchrun`` with
-``python -m floorgap.models.training`` or in-process with :func:`launch`.
+reduction order. Only rank 0 writes checkpoints and logs. Run under ``torchrun`` (the drafters
+stage re-executes itself so) or in-process with :func:`launch`.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
-import importlib
 import json
 import math
 import os
 import random
 import socket
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -64,20 +63,18 @@ from floorgap.models.checkpoints import (
     trainable_layout,
     trainable_state,
 )
+from floorgap.models.drafters import TopKTargets
 from floorgap.models.targets import mixed_precision
 from floorgap.records import atomic_path
 from floorgap.seeds import derive_seed
 
 __all__ = [
-    "StackedExamples",
+    "Examples",
     "TrainConfig",
     "TrainResult",
-    "collate",
-    "densify_targets",
-    "epoch_batches",
+    "best_epoch",
     "init_distributed",
     "launch",
-    "main",
     "train",
 ]
 
@@ -96,8 +93,7 @@ class TrainConfig:
 
     ``batch_size`` is the global batch (split across data-parallel ranks). ``warmup_steps`` is a
     linear warm-up; ``schedule`` is ``"cosine"`` (decay to ``min_lr_ratio * lr`` at the end of
-    ``epochs``), ``"linear"`` or ``"constant"``. ``vocab_size`` is needed only for sparse top-K
-    targets when the model has no ``vocab_size`` attribute. With an ``evaluate`` function
+    ``epochs``), ``"linear"`` or ``"constant"``. With an ``evaluate`` function
     given to :func:`train`, every epoch is scored on held-out data (lower is better) and
     ``patience`` stops the run once that many epochs in a row have not improved on the best.
     """
@@ -113,13 +109,8 @@ class TrainConfig:
     min_lr_ratio: float = 0.0
     grad_clip: float | None = 1.0
     seed: int = 0
-    drop_last: bool = False
     checkpoint_dir: str | None = None
     log_every: int = 10
-    vocab_size: int | None = None
-    renormalize_topk: bool = True
-    sparse_targets: bool = False      # pass top-K targets to the loss as they are (no densify)
-    pad_side: str = "left"
     autocast_dtype: str | None = None
     device: str | None = None
     find_unused_parameters: bool = False
@@ -167,126 +158,23 @@ class TrainResult:
 # Data
 
 
-class StackedExamples:
-    """Examples held as stacked tensors with a leading example dimension (compact on disk).
+class Examples(Protocol):
+    """What :func:`train` reads: :class:`floorgap.models.drafter_training.BlockExamples` (the
+    workflow's one data path) and any test double of it.
 
-    ``StackedExamples({"features": [N, T, F], ...})[i]`` is the dict of the i-th rows;
-    :func:`collate` takes the fast path through :meth:`gather`.
+    ``epoch_batches`` gives the epoch's global batches (index tensors, keyed by ``seed`` and
+    ``epoch``; none shorter than ``min_size``, the number of ranks); ``gather`` gives one batch
+    as tensors: ``features [S, T, F]``, ``feature_index [N]`` (the row of ``features`` each
+    block reads), ``prefix_mask [N, T]``, ``committed [N]``, ``block_tokens [N, gamma]`` and the
+    target's top-K law ``target_ids``/``target_vals [N, gamma, K]``.
     """
 
-    def __init__(self, tensors: Mapping[str, torch.Tensor]):
-        sizes = {k: int(v.shape[0]) for k, v in tensors.items()}
-        if len(set(sizes.values())) != 1:
-            raise ValueError(f"stacked tensors disagree on the number of examples: {sizes}")
-        self.tensors = dict(tensors)
-        self._n = next(iter(sizes.values()))
+    def __len__(self) -> int: ...
 
-    def __len__(self) -> int:
-        return self._n
+    def epoch_batches(self, batch_size: int, seed: int, epoch: int, *, min_size: int = 1
+                      ) -> list[torch.Tensor]: ...
 
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return {k: v[i] for k, v in self.tensors.items()}
-
-    def gather(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {k: v.index_select(0, indices) for k, v in self.tensors.items()}
-
-
-def collate(examples: Sequence[Mapping[str, torch.Tensor]], *, pad_side: str = "left"
-            ) -> dict[str, torch.Tensor]:
-    """Stack examples into a batch; ragged ``features`` are padded and masked out.
-
-    Padding goes on ``pad_side`` (``left`` keeps the last prefix position aligned across the
-    batch). A missing ``prefix_mask`` means the whole prefix is real. Sparse targets stay sparse.
-    """
-    if not examples:
-        raise ValueError("empty batch")
-    out: dict[str, torch.Tensor] = {}
-    lengths = [int(e["features"].shape[0]) for e in examples]
-    t_max = max(lengths)
-    feats, masks = [], []
-    for e, t in zip(examples, lengths):
-        f = e["features"]
-        m = e.get("prefix_mask")
-        m = torch.ones(t, dtype=torch.bool) if m is None else m.to(torch.bool)
-        pad = t_max - t
-        if pad:
-            fpad = f.new_zeros((pad, *f.shape[1:]))
-            mpad = torch.zeros(pad, dtype=torch.bool)
-            if pad_side == "left":
-                f, m = torch.cat([fpad, f]), torch.cat([mpad, m])
-            elif pad_side == "right":
-                f, m = torch.cat([f, fpad]), torch.cat([m, mpad])
-            else:
-                raise ValueError(f"pad_side must be 'left' or 'right', not {pad_side!r}")
-        feats.append(f)
-        masks.append(m)
-    out["features"] = torch.stack(feats)
-    out["prefix_mask"] = torch.stack(masks)
-    for key in examples[0]:
-        if key not in out:
-            out[key] = torch.stack([torch.as_tensor(e[key]) for e in examples])
-    return out
-
-
-def densify_targets(batch: dict[str, torch.Tensor], vocab_size: int | None, *,
-                    renormalize: bool = True) -> dict[str, torch.Tensor]:
-    """Replace sparse ``target_ids``/``target_vals`` by dense ``target_probs [B, gamma, V]``.
-
-    The top-K values are scattered into zeros; with ``renormalize`` each slot's row is divided
-    by its kept mass so it is a distribution. A batch that already has ``target_probs`` is
-    returned unchanged.
-    """
-    if "target_probs" in batch:
-        return batch
-    if "target_ids" not in batch or "target_vals" not in batch:
-        raise KeyError("batch has neither target_probs nor target_ids/target_vals")
-    if vocab_size is None:
-        raise ValueError("sparse targets need a vocab_size (config.vocab_size or model.vocab_size)")
-    ids = batch.pop("target_ids").long()
-    vals = batch.pop("target_vals").float()
-    probs = vals.new_zeros((*ids.shape[:-1], int(vocab_size)))
-    probs.scatter_add_(-1, ids, vals)
-    if renormalize:
-        probs = probs / probs.sum(-1, keepdim=True).clamp_min(1e-30)
-    batch["target_probs"] = probs
-    return batch
-
-
-def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, *, drop_last: bool = False,
-                  min_size: int = 1) -> list[torch.Tensor]:
-    """The global batches of ``epoch``: a permutation of ``range(n)`` keyed by ``(seed, epoch)``.
-
-    The last batch may be short unless ``drop_last``; a batch shorter than ``min_size`` (the
-    number of data-parallel ranks) is dropped so that every rank gets at least one example.
-    """
-    if batch_size < 1:
-        raise ValueError("batch_size must be positive")
-    gen = torch.Generator().manual_seed(derive_seed(seed, "drafter-train", "epoch", epoch))
-    perm = torch.randperm(n, generator=gen)
-    batches = list(torch.split(perm, batch_size))
-    if batches and (drop_last and len(batches[-1]) < batch_size or len(batches[-1]) < min_size):
-        batches.pop()
-    return batches
-
-
-def _epoch_batches(dataset: Any, config: TrainConfig, epoch: int, world: int
-                   ) -> list[torch.Tensor]:
-    """The epoch's global batches: :func:`epoch_batches`, or the dataset's own grouping when it
-    has one (blocks of one sequence share their context features)."""
-    if hasattr(dataset, "epoch_batches"):
-        return dataset.epoch_batches(config.batch_size, config.seed, epoch, min_size=world)
-    return epoch_batches(len(dataset), config.batch_size, config.seed, epoch,
-                         drop_last=config.drop_last, min_size=world)
-
-
-def _fetch(dataset: Any, indices: torch.Tensor, pad_side: str) -> dict[str, torch.Tensor]:
-    if hasattr(dataset, "gather"):
-        batch = dataset.gather(indices)
-        if "prefix_mask" not in batch:
-            b, t = batch["features"].shape[:2]
-            batch["prefix_mask"] = torch.ones(b, t, dtype=torch.bool)
-        return batch
-    return collate([dataset[int(i)] for i in indices], pad_side=pad_side)
+    def gather(self, indices: torch.Tensor) -> dict[str, torch.Tensor]: ...
 
 
 # --------------------------------------------------------------------------------------------
@@ -470,17 +358,6 @@ def _progress_bar(enabled: bool, total: int, initial: int, desc: str):
     return tqdm(total=total, initial=initial, desc=desc, dynamic_ncols=True, leave=True)
 
 
-def _model_vocab_size(model: nn.Module) -> int | None:
-    """``model.vocab_size``, else ``model.cfg.vocab_size`` / ``model.config.vocab_size``."""
-    if getattr(model, "vocab_size", None) is not None:
-        return int(model.vocab_size)
-    for attr in ("cfg", "config"):
-        v = getattr(getattr(model, attr, None), "vocab_size", None)
-        if v is not None:
-            return int(v)
-    return None
-
-
 @dataclass
 class _Totals:
     """Example-weighted sums over a stretch of steps (an epoch, or a window between log
@@ -521,7 +398,7 @@ class _Run:
     """What the epochs and steps of one :func:`train` call share, and its running counts."""
 
     config: TrainConfig
-    dataset: Any
+    dataset: Examples
     rank: int
     world: int
     device: torch.device
@@ -540,10 +417,6 @@ class _Run:
     tokens: int = 0
     seconds: float = 0.0
     last_ckpt: Path | None = None
-
-    @property
-    def vocab_size(self) -> int | None:
-        return self.config.vocab_size or _model_vocab_size(self.core)
 
     @property
     def amp_dtype(self) -> torch.dtype | None:
@@ -608,20 +481,11 @@ def _train_step(run: _Run, epoch: int, step: int, idx: torch.Tensor, local: torc
     cfg = run.config
     # Weight the local mean by the rank's share: the all-reduced gradient is the batch mean's.
     share = len(local) * run.world / len(idx)
-    batch = _fetch(run.dataset, local, cfg.pad_side)
-    batch = {k: v.to(run.device, non_blocking=True) for k, v in batch.items()}
-    if cfg.sparse_targets:
-        from floorgap.models.drafters import TopKTargets
-
-        targets: Any = TopKTargets(batch.pop("target_ids").long(), batch.pop("target_vals"))
-    else:
-        targets = densify_targets(batch, run.vocab_size,
-                                  renormalize=cfg.renormalize_topk)["target_probs"]
-    extra = {"feature_index": batch["feature_index"]} if "feature_index" in batch else {}
-    amp_dtype = run.amp_dtype
-    with mixed_precision(run.device.type, amp_dtype):
+    batch = {k: v.to(run.device, non_blocking=True) for k, v in run.dataset.gather(local).items()}
+    targets = TopKTargets(batch["target_ids"].long(), batch["target_vals"])
+    with mixed_precision(run.device.type, run.amp_dtype):
         out = run.wrapped(batch["features"], batch["committed"], batch["block_tokens"],
-                          prefix_mask=batch["prefix_mask"], **extra)
+                          prefix_mask=batch["prefix_mask"], feature_index=batch["feature_index"])
         loss, parts = run.core.loss(out, targets, batch["block_tokens"])
     (loss * share).backward()
     if cfg.grad_clip is not None:
@@ -696,7 +560,7 @@ def _train_epoch(run: _Run, epoch: int) -> None:
     ``log_every`` steps and at the end, then the epoch record and checkpoint."""
     cfg = run.config
     _seed_epoch(cfg.seed, epoch, run.rank)
-    batches = _epoch_batches(run.dataset, cfg, epoch, run.world)
+    batches = run.dataset.epoch_batches(cfg.batch_size, cfg.seed, epoch, min_size=run.world)
     totals: _Totals | None = None
     window: _Totals | None = None
     t0 = time.perf_counter()
@@ -731,8 +595,7 @@ def _patience_spent(epochs: Sequence[Mapping[str, Any]], patience: int | None) -
     return int(epochs[-1]["epoch"]) - best >= patience
 
 
-def train(model: nn.Module, dataset: Sequence[Mapping[str, torch.Tensor]] | StackedExamples,
-          config: TrainConfig, *, resume: bool = True, progress: bool = True,
+def train(model: nn.Module, dataset: Examples, config: TrainConfig, *, resume: bool = True, progress: bool = True,
           before_step: Callable[[dict[str, Any]], None] | None = None,
           evaluate: Callable[[nn.Module], dict[str, Any]] | None = None) -> TrainResult:
     """Train ``model`` on ``dataset`` for ``config.epochs`` epochs (see the module docstring).
@@ -753,7 +616,7 @@ def train(model: nn.Module, dataset: Sequence[Mapping[str, torch.Tensor]] | Stac
     if not trainable:
         raise ValueError("model has no trainable parameters")
     n = len(dataset)
-    steps_per_epoch = len(_epoch_batches(dataset, config, 0, world))
+    steps_per_epoch = len(dataset.epoch_batches(config.batch_size, config.seed, 0, min_size=world))
     if steps_per_epoch == 0:
         raise ValueError(f"no batches: {n} examples, batch {config.batch_size}, {world} ranks")
     optimizer, scheduler = _optimizer(core, config, steps_per_epoch * config.epochs)
@@ -789,64 +652,3 @@ def train(model: nn.Module, dataset: Sequence[Mapping[str, torch.Tensor]] | Stac
                        seconds=run.seconds, resumed_from=start_epoch,
                        checkpoint=str(run.last_ckpt) if run.last_ckpt else None,
                        log=list(run.log.records))
-
-
-# --------------------------------------------------------------------------------------------
-# Command line (works under torchrun)
-
-
-def _load_dataset(path: str) -> Any:
-    obj = torch.load(path, map_location="cpu", weights_only=True)
-    if isinstance(obj, Mapping):
-        return StackedExamples(obj)
-    return obj
-
-
-def _build_model(factory: str, kwargs: Mapping[str, Any]) -> nn.Module:
-    module, _, name = factory.partition(":")
-    if not name:
-        raise ValueError("--factory must be 'package.module:function'")
-    return getattr(importlib.import_module(module), name)(**kwargs)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m floorgap.models.training --factory MOD:FN --data DATA --config JSON``.
-
-    Builds the drafter with ``FN(**factory_kwargs)`` (the same seed on every rank; DDP then
-    broadcasts rank 0's parameters), loads the examples (a ``torch.save``d dict of stacked
-    tensors or list of example dicts) and trains; under ``torchrun --nproc_per_node=N`` the
-    ranks form a data-parallel group. Rank 0 writes ``--result`` (JSON) if given.
-    """
-    p = argparse.ArgumentParser(prog="python -m floorgap.models.training", description=main.__doc__)
-    p.add_argument("--factory", required=True, help="package.module:function building the drafter")
-    p.add_argument("--factory-kwargs", default="{}", type=json.loads)
-    p.add_argument("--data", required=True, help="examples saved with torch.save")
-    p.add_argument("--config", default="{}", help="TrainConfig fields as JSON, or a JSON file")
-    p.add_argument("--result", default=None, help="write the TrainResult here (rank 0)")
-    p.add_argument("--no-resume", action="store_true")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--threads", type=int, default=None)
-    args = p.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    text = args.config
-    if not text.lstrip().startswith("{"):
-        text = Path(text).read_text()
-    config = TrainConfig.from_dict(json.loads(text))
-    rank, _ = init_distributed()
-    try:
-        torch.manual_seed(derive_seed(config.seed, "drafter-init"))
-        model = _build_model(args.factory, args.factory_kwargs)
-        result = train(model, _load_dataset(args.data), config, resume=not args.no_resume,
-                       progress=not args.no_progress)
-        if rank == 0 and args.result:
-            with atomic_path(args.result) as tmp:
-                tmp.write_text(json.dumps(dataclasses.asdict(result), indent=1) + "\n")
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

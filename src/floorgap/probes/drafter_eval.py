@@ -252,17 +252,6 @@ def evaluate_drafter(target: Any, drafter: Any, at: AnchorTarget, *, law: Sampli
                       p_stored=at.p_stored, seconds=time.perf_counter() - start)
 
 
-def evaluate_anchor(target: Any, drafter: Any, context_ids: list[int], tokens: Tensor,
-                    stored_logp: Tensor, *, law: SamplingLaw, anchor_seed: int,
-                    forward_batch: int) -> AnchorEval:
-    """The drafter's proposals on the stored paths ``tokens`` [M, G] at one anchor (the
-    target's side and one drafter's side; ``seconds`` counts both)."""
-    at = anchor_target(target, context_ids, tokens, stored_logp, law=law,
-                       forward_batch=forward_batch)
-    ev = evaluate_drafter(target, drafter, at, law=law, anchor_seed=anchor_seed)
-    return dataclasses.replace(ev, seconds=ev.seconds + at.seconds)
-
-
 def anchor_eval_records(anchor_id: str, ev: AnchorEval
                         ) -> tuple[list[PathSlotRecord], list[SlotRiskRecord]]:
     """Per path x slot scalars and per slot risks of one anchor."""
