@@ -48,10 +48,11 @@ def test_evaluation_groups_and_labels() -> None:
     # the drafters and, beside them, the lookup tables
     assert spec.eval_groups["summary"] == [Evaluation(v, "final") for v in
                                            [*cfg["drafters"]["variants"], *cfg["drafters"]["lookups"]]]
-    epochs = cfg["drafters"]["train"]["epochs"]
+    variants = cfg["drafters"]["variants"]
+    epochs = {v: variants[v].get("epochs", cfg["drafters"]["train"]["epochs"]) for v in variants}
     # every epoch of each trajectory variant (its final weights are the best held-out one)
     assert [e.label for e in spec.eval_groups["trajectory"]] == [
-        f"ours@epoch-{e}" for e in range(1, epochs + 1)]
+        f"ours@epoch-{e}" for e in range(1, epochs["ours"] + 1)]
     assert [e.variant for e in spec.eval_groups["components"]] == list(
         cfg["drafters"]["components"]["arms"])
     assert spec.summary_evaluations("trajectory") == spec.eval_groups["trajectory"]
@@ -59,7 +60,7 @@ def test_evaluation_groups_and_labels() -> None:
     # the budget study: every epoch of its variants, the kept weights of its arms
     budget = cfg["drafters"]["budget"]
     assert [e.label for e in spec.eval_groups["budget"]] == [
-        f"{v}@epoch-{e}" for v in budget["variants"] for e in range(1, epochs + 1)] + list(
+        f"{v}@epoch-{e}" for v in budget["variants"] for e in range(1, epochs[v] + 1)] + list(
         budget["arms"])
 
 

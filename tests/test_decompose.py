@@ -141,16 +141,25 @@ def test_decompose_section_is_its_own_group_and_summary() -> None:
     spec = resolve(cfg)
     assert "decompose" in SUMMARIES
     assert spec.decompose == ["mine", "theirs"]
-    assert spec.eval_groups["decompose"] == [Evaluation("mine", "final"),
-                                             Evaluation("theirs", "final")]
+    # the lookup tables are evaluated beside the user's drafters, on the same paths
+    assert spec.eval_groups["decompose"] == [Evaluation(n, "final") for n in (
+        "mine", "theirs", "unigram", "bigram_committed", "bigram")]
+    assert spec.lookups == ["unigram", "bigram_committed", "bigram"]
     assert spec.summary_evaluations("decompose") == spec.eval_groups["decompose"]
     assert {"mine", "theirs"} <= set(spec.drafter_names)
     assert spec.variant_entry("theirs") == {"name": "theirs", **ckpt("speculators", kind="dspark")}
     assert spec.variant_entry("mine")["kind"] == "dflash"
     gaps = spec.gaps_spec("decompose")
-    assert gaps == spec.analysis_spec(contrasts=[], sweeps=False)
-    assert spec.drafter_eval_spec("tiny-random", 0, "decompose")["variants"] == ["mine", "theirs"]
+    # each drafter against the tables of its order
+    assert gaps == spec.analysis_spec(contrasts=[["mine", "unigram"], ["mine", "bigram_committed"],
+                                                 ["theirs", "bigram"]],
+                                      sweeps=False, lookups=spec.lookups)
+    assert spec.drafter_eval_spec("tiny-random", 0, "decompose")["variants"] == [
+        "mine", "theirs", *spec.lookups]
     assert spec.decomposition_spec("tiny-random", "mine")["entry"]["kind"] == "dflash"
+    assert spec.decomposition_spec("tiny-random", "mine")["lookups"] == ["unigram",
+                                                                         "bigram_committed"]
+    assert spec.decomposition_spec("tiny-random", "theirs")["lookups"] == ["bigram"]
     assert spec.decomposition_files("tiny-random") == [
         f"results/tiny-random/decomposition/{n}.{e}" for n in ("mine", "theirs")
         for e in ("csv", "tex", "md")]
@@ -186,7 +195,8 @@ def test_overlay_writer(tmp_path: Path) -> None:
     # Snakemake merges the overlay over the base config: the result validates and resolves
     merged = {**smoke(), **yaml.safe_load(path.read_text())}
     validate(merged)
-    assert resolve(merged).eval_groups["decompose"] == [Evaluation("my-drafter_1", "final")]
+    assert resolve(merged).eval_groups["decompose"] == [
+        Evaluation(n, "final") for n in ("my-drafter_1", "unigram", "bigram_committed")]
     spec = decompose_overlay("u", tmp_path, "speculators", "dspark")
     assert spec["decompose"]["u"]["kind"] == "dspark"
     with pytest.raises(ConfigError, match="must match"):
@@ -209,10 +219,13 @@ def summaries(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("decomposition")
     files = load_builders("gap_builders").build(
         root, gamma=3, M=6, anchors_per_domain=3,
-        variants={"mine": {"order": 0}, "theirs": {"order": 1}})
+        variants={"mine": {"order": 0}, "theirs": {"order": 1}, "table0": {"order": 0},
+                  "table1": {"order": 1}})
     gaps = root / "gaps" / "decompose.parquet"
+    contrasts = [["mine", "table0"], ["theirs", "table1"]]
     assert run_stage(main, build_parser(), [
-        "--spec", json.dumps({"bootstrap": 50, "level": 0.9, "contrasts": [], "sweeps": False}),
+        "--spec", json.dumps({"bootstrap": 50, "level": 0.9, "contrasts": contrasts,
+                              "sweeps": False}),
         "--anchor-slot", str(files["anchor_slot"][0]), "--paths", *map(str, files["paths"]),
         "--slots", *map(str, files["slots"]), "--out-summary", str(gaps), "--threads", "1"]) == 0
     target = read_metadata(gaps)["target"]
@@ -260,6 +273,32 @@ def test_order1_decomposition_adds_up(summaries) -> None:
     assert "exposure" in to_markdown(d) and "R_self" in to_markdown(d)
 
 
+@pytest.mark.parametrize(("drafter", "table", "risk"), [("mine", "table0", "R"),
+                                                        ("theirs", "table1", "R_oracle")])
+def test_decomposition_sets_the_lookup_table_beside_the_drafter(summaries, drafter, table,
+                                                                 risk) -> None:
+    from floorgap.reports.decomposition import decompose, to_latex, to_markdown
+
+    d = decompose(*summaries, drafter, lookups=[table])
+    diff = f"diff_{risk}@{table}"
+    assert {f"{risk}@{table}", diff} <= set(d.table.statistic)
+    for k in range(3):
+        # the paired difference is the drafter's risk minus the table's on the same cells
+        assert d.value(diff, k) == pytest.approx(d.value(risk, k) - d.value(f"{risk}@{table}", k),
+                                                 abs=1e-9)
+        assert d.value(diff, k, "lower") <= d.value(diff, k) <= d.value(diff, k, "upper")
+    [verdict] = d.verdicts
+    assert verdict.loses == [k for k in range(3) if not d.value(diff, k) < 0]
+    md = to_markdown(d)
+    assert f"| {risk} {table} | 95% CI minus {table} |" in md
+    assert f"- {verdict.sentence()}" in md
+    assert ("loses to a lookup table" in md) == bool(verdict.loses)
+    assert f"vs {table}" in to_latex(d)
+    # a table of the other order is no baseline for this drafter
+    with pytest.raises(ValueError, match="not of order"):
+        decompose(*summaries, drafter, lookups=["table1" if table == "table0" else "table0"])
+
+
 def test_decomposition_refuses_mismatched_inputs(summaries, tmp_path) -> None:
     from floorgap.records import write_table
     from floorgap.reports.decomposition import decompose
@@ -279,13 +318,16 @@ def test_decomposition_stage_writes_three_files(summaries, tmp_path) -> None:
 
     gaps, floors = summaries
     out = {ext: tmp_path / "decomposition" / f"mine.{ext}" for ext in ("csv", "tex", "md")}
-    spec = {"target": "t", "drafter": "mine", "entry": {"kind": "dflash"}, "level": 0.9}
+    spec = {"target": "t", "drafter": "mine", "entry": {"kind": "dflash"}, "level": 0.9,
+            "lookups": ["table0"]}
     argv = ["--spec", json.dumps(spec), "--gaps", str(gaps), "--floors", str(floors),
             "--out-csv", str(out["csv"]), "--out-tex", str(out["tex"]),
             "--out-md", str(out["md"]), "--threads", "1"]
     assert run_stage(main, build_parser(), argv) == 0
     csv = pd.read_csv(out["csv"])
-    assert {"T0", "R", "G0", "G0_share", "tau"} <= set(csv.statistic)
+    assert {"T0", "R", "G0", "G0_share", "tau", "R@table0", "diff_R@table0"} <= set(csv.statistic)
+    assert "lookup table (table0)" in out["md"].read_text() or "beats the table0" in out[
+        "md"].read_text()
     assert "\\begin{tabular}" in out["tex"].read_text()
     assert "drafter mine (dflash, order 0)" in out["md"].read_text()
     assert sorted(p.name for p in out["csv"].parent.iterdir()) == ["mine.csv", "mine.md",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -193,8 +193,11 @@ class WorkflowSpec:
             "budget": [Evaluation(v, f"epoch-{e}") for v in self.budget_variants
                        for e in range(1, self.variant_epochs(v) + 1)]
                       + [Evaluation(arm, "final") for arm in self.budget_arms],
-            # a user's own drafters (floorgap decompose): final weights only
-            "decompose": [Evaluation(name, "final") for name in self.decompose],
+            # a user's own drafters (floorgap decompose): final weights only, beside the
+            # lookup tables (their paired differences say whether the drafter beats them)
+            "decompose": [Evaluation(name, "final") for name in self.decompose]
+                         + [Evaluation(t, "final") for t in dict.fromkeys(
+                             t for _, t in self.lookup_contrasts(self.decompose))],
         }
         # The drafter_eval jobs (one per shard each). The study's groups share one: the
         # target's p along the paths, most of an evaluation's cost, is then computed once for
@@ -387,27 +390,33 @@ class WorkflowSpec:
         if summary in ("trajectory", "budget"):
             return self.analysis_spec(contrasts=[], sweeps=False)
         if summary == "decompose":
-            return self.analysis_spec(contrasts=[], sweeps=False)
+            return self.analysis_spec(contrasts=self.lookup_contrasts(self.decompose),
+                                      sweeps=False, lookups=self.lookups)
         if summary == "components":
             base = self.config["drafters"]["components"]["baseline"]
             return self.analysis_spec(contrasts=[[arm, base] for arm in self.arms if arm != base],
                                       sweeps=False)
+        roles = list(dict.fromkeys(self.roles[r] for r in ROLES))
         return self.analysis_spec(contrasts=[[self.roles["ours"], self.roles["order1"]],
-                                             *self.lookup_contrasts()],
+                                             *self.lookup_contrasts(roles)],
                                   lookups=self.lookups)
 
-    def lookup_contrasts(self) -> list[list[str]]:
-        """[drafter, table] for each role's drafter and each lookup table of its order: the
+    def lookup_contrasts(self, drafters: Sequence[str]) -> list[list[str]]:
+        """[drafter, table] for each of ``drafters`` and each lookup table of its order: the
         paired differences that say whether a drafter beats a lookup table."""
-        drafters = list(dict.fromkeys(self.roles[r] for r in ROLES))
-        order = {n: KIND_ORDER[str(self.variant_entry(n)["kind"])]
-                 for n in drafters + self.lookups}
-        return [[d, t] for d in drafters for t in self.lookups if order[d] == order[t]]
+        return [[d, t] for d in drafters for t in self.lookups
+                if self.drafter_order(d) == self.drafter_order(t)]
+
+    def drafter_order(self, name: str) -> int:
+        """The information order of a drafter or lookup table (0 reads X only, 1 also its
+        predecessor)."""
+        return KIND_ORDER[str(self.variant_entry(name)["kind"])]
 
     def decomposition_spec(self, target: str, name: str) -> dict[str, Any]:
         """What the decomposition stage reads: the drafter, its entry and the interval level."""
         return {"target": target, "drafter": name, "entry": self.variant_entry(name),
-                "level": self.config["analysis"]["level"]}
+                "level": self.config["analysis"]["level"],
+                "lookups": [t for [_, t] in self.lookup_contrasts([name])]}
 
     # ---------------------------------------------------------------- serving (Sec. 4, H.3)
 

@@ -15,6 +15,12 @@ split-half floor covers (weighted by the covered mass c), with the importance ro
 G^(1) share as the second estimate. From the floors summary comes the floor of the other
 information order on every anchor (the order-1 floor for an order-0 drafter: what seeing its
 predecessor would allow; the order-0 floor for an order-1 drafter), with a ``floors_`` prefix.
+
+Beside them, each lookup table of the drafter's order evaluated on the same anchors and paths
+(``lookups``): its risk (``R@<table>`` or ``R_oracle@<table>``), the drafter's paired
+difference from it (``diff_R@<table>`` / ``diff_R_oracle@<table>``) and one verdict line per
+table ("loses to a lookup table at slots ..."), which tells an under-trained drafter from one
+that is up against its floor.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from floorgap.analysis.gaps import LOOKUP_DIFF, LookupVerdict, lookup_verdicts
 from floorgap.records import atomic_path
 from floorgap.reports.common import LongSummary, fmt, fmt_interval, fmt_pct
 from floorgap.reports.gap_items import GapSummary
@@ -47,7 +54,8 @@ OTHER_FLOOR = {0: ("floors_T1", "T1_split_covered"), 1: ("floors_T0", "T0")}
 @dataclass
 class Decomposition:
     """One drafter's decomposition: its name, order and kind, the target, gamma, the interval
-    level and the long table (:data:`COLUMNS`)."""
+    level, the long table (:data:`COLUMNS`), the lookup tables beside it and the verdict
+    against each."""
 
     drafter: str
     order: int
@@ -56,6 +64,8 @@ class Decomposition:
     gamma: int
     level: float
     table: pd.DataFrame
+    lookups: tuple[str, ...] = ()
+    verdicts: tuple[LookupVerdict, ...] = ()
 
     def value(self, statistic: str, slot: int = -1, field: str = "estimate") -> float:
         """One number of the table (NaN when absent)."""
@@ -81,11 +91,19 @@ def _check_same_run(gaps: GapSummary, floors: LongSummary) -> None:
                          "give summaries of the same run")
 
 
+def lookup_risk(order: int) -> str:
+    """The risk a drafter of ``order`` is compared with a lookup table on."""
+    return LOOKUP_DIFF[order].removeprefix("diff_")
+
+
 def decompose(gaps_path: str | Path, floors_path: str | Path, drafter: str, *,
-              kind: str = "", level: float = 0.95) -> Decomposition:
+              kind: str = "", level: float = 0.95, lookups: Sequence[str] = ()
+              ) -> Decomposition:
     """The decomposition of ``drafter`` (a variant of the gaps summary at ``gaps_path``) with
-    the other order's floor from the floors summary at ``floors_path``; scope "all" domains.
-    Raises ValueError when the drafter is missing or the files describe different runs."""
+    the other order's floor from the floors summary at ``floors_path`` and the lookup tables
+    ``lookups`` (variants of the same summary, of the drafter's order, with the paired
+    differences as contrasts); scope "all" domains. Raises ValueError when the drafter or a
+    table is missing or the files describe different runs."""
     gaps, floors = GapSummary(gaps_path), LongSummary(floors_path)
     gaps.require(drafter)
     _check_same_run(gaps, floors)
@@ -102,9 +120,20 @@ def decompose(gaps_path: str | Path, floors_path: str | Path, drafter: str, *,
     rows.append({"statistic": "tau", "slot": -1,
                  **{f: gaps.get("tau", drafter, -1, field=f) for f in ("estimate", "lower",
                                                                        "upper")}})
+    risk, diff = lookup_risk(order), LOOKUP_DIFF[order]
+    for t in lookups:
+        gaps.require(t)
+        if int(gaps.get("order", t)) != order:
+            raise ValueError(f"{gaps_path}: lookup table {t!r} is not of order {order}")
+        for stat, variant in ((risk, t), (diff, f"{drafter}-{t}")):
+            rows += [{"statistic": f"{stat}@{t}", "slot": k,
+                      **{f: gaps.get(stat, variant, k, field=f)
+                         for f in ("estimate", "lower", "upper")}} for k in gaps.slots]
     table = pd.DataFrame(rows, columns=COLUMNS)
+    verdicts = tuple(lookup_verdicts(gaps.df, [[drafter, t] for t in lookups]))
     return Decomposition(drafter=drafter, order=order, kind=kind, target=gaps.target,
-                         gamma=gaps.gamma, level=level, table=table)
+                         gamma=gaps.gamma, level=level, table=table, lookups=tuple(lookups),
+                         verdicts=verdicts)
 
 
 # -------------------------------------------------------------------------- presentation
@@ -131,6 +160,19 @@ _SHOWN: dict[int, list[tuple[str, str, str, str]]] = {
 }
 
 
+def _shown(d: Decomposition) -> list[tuple[str, str, str, str]]:
+    """The by-slot columns: the order's own, then the risk of each lookup table and the
+    interval of the drafter's paired difference from it."""
+    risk, diff = lookup_risk(d.order), LOOKUP_DIFF[d.order]
+    tex_risk = "$R$" if d.order == 0 else "$R^{\\mathrm{oracle}}$"
+    extra = []
+    for t in d.lookups:
+        tex_t = t.replace("_", "\\_")
+        extra += [(f"{tex_risk} {tex_t}", f"{risk} {t}", f"{risk}@{t}", "num"),
+                  (f"CI on $\\Delta$ vs {tex_t}", f"CI minus {t}", f"{diff}@{t}", "ci")]
+    return _SHOWN[d.order] + extra
+
+
 def _cell(d: Decomposition, stat: str, slot: int, how: str, latex: bool) -> str:
     est = d.value(stat, slot)
     lo, hi = d.value(stat, slot, "lower"), d.value(stat, slot, "upper")
@@ -154,7 +196,7 @@ def _plain_pct(value: float) -> str:
 
 
 def _rows(d: Decomposition, latex: bool) -> list[list[str]]:
-    return [[str(k), *[_cell(d, stat, k, how, latex) for _, _, stat, how in _SHOWN[d.order]]]
+    return [[str(k), *[_cell(d, stat, k, how, latex) for _, _, stat, how in _shown(d)]]
             for k in range(d.gamma)]
 
 
@@ -172,7 +214,7 @@ def _headline(d: Decomposition) -> str:
 
 def to_latex(d: Decomposition) -> str:
     """The by-slot ``tabular`` with tau and its interval in the last row."""
-    shown = _SHOWN[d.order]
+    shown = _shown(d)
     header = ["slot", *[h.replace("CI", f"{_ci_label(d.level, True)} CI") for h, _, _, _ in
                         shown]]
     tau = (f"$\\tau$ = {fmt(d.value('tau'))} {_ci_label(d.level, True)} CI "
@@ -186,15 +228,16 @@ def to_latex(d: Decomposition) -> str:
 
 
 def to_markdown(d: Decomposition) -> str:
-    """The same table for a terminal: a headline, a markdown table and tau."""
-    shown = _SHOWN[d.order]
+    """The same table for a terminal: a headline, a markdown table, tau and the verdicts."""
+    shown = _shown(d)
     header = ["slot", *[h.replace("CI", f"{_ci_label(d.level, False)} CI") for _, h, _, _ in
                         shown]]
     lines = [f"{_headline(d)}", "", _md_row(header), _md_row(["---"] * len(header)),
              *[_md_row(row) for row in _rows(d, latex=False)], "",
              f"tau (offline accepted length) = {_plain(d.value('tau'))} "
              f"({_ci_label(d.level, False)} CI [{_plain(d.value('tau', -1, 'lower'))}, "
-             f"{_plain(d.value('tau', -1, 'upper'))}])", ""]
+             f"{_plain(d.value('tau', -1, 'upper'))}])", "",
+             *[f"- {v.sentence()}" for v in d.verdicts], *([""] if d.verdicts else [])]
     return "\n".join(lines)
 
 

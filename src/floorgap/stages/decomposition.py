@@ -5,8 +5,8 @@ One drafter of the config's ``decompose`` section split into information floor a
 by slot (see :mod:`floorgap.reports.decomposition`): from the gaps summary of the
 ``decompose`` group and the floors summary of the same target, a long csv (statistic, slot,
 estimate, lower, upper), a LaTeX ``tabular`` and a markdown table. The spec holds ``target``,
-``drafter`` (the name), ``entry`` (its config entry, with the resolved ``kind``) and ``level``
-(the bootstrap interval level). ``floorgap decompose FOLDER`` runs the workflow up to this
+``drafter`` (the name), ``entry`` (its config entry, with the resolved ``kind``), ``level``
+(the bootstrap interval level) and ``lookups`` (the lookup tables of its order beside it). ``floorgap decompose FOLDER`` runs the workflow up to this
 stage for a checkpoint folder of your own.
 """
 
@@ -45,9 +45,12 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     kind = str((spec.get("entry") or {}).get("kind", ""))
     try:
         result = decompose(args.gaps, args.floors, name, kind=kind,
-                           level=float(spec.get("level", 0.95)))
+                           level=float(spec.get("level", 0.95)),
+                           lookups=list(spec.get("lookups", [])))
     except ValueError as exc:
         raise StageError(str(exc)) from exc
     write_decomposition(result, {"csv": args.out_csv, "tex": args.out_tex, "md": args.out_md})
+    for verdict in result.verdicts:
+        (logger.warning if verdict.loses else logger.info)("%s", verdict.sentence())
     logger.info("%s (order %d) on %s: tau %.3f; wrote %s, %s, %s", name, result.order,
                 result.target, result.value("tau"), args.out_csv, args.out_tex, args.out_md)
