@@ -318,3 +318,27 @@ def test_init_from_target_copies_the_last_layers(target):
     assert torch.equal(d.backbone.norm.weight, target.model.norm.weight)
     with pytest.raises(ValueError, match="drafter shape"):
         init_from_target(make("dflash", target, n_kv_heads=4), target)
+
+
+@pytest.mark.parametrize("own_keys", [True, False])
+def test_one_context_attention_equals_attention_on_copied_keys(own_keys):
+    """The shared-context fast path is attention over [context; own keys], each row's context
+    copied: the same numbers as scaled_dot_product_attention, masks included."""
+    from floorgap.models.drafters import one_context_attention
+
+    g = torch.Generator().manual_seed(0)
+    n, h, length, t, hd = 4, 3, 5, 7, 8
+    q = torch.randn(n, h, length, hd, generator=g)
+    kc, vc = torch.randn(h, t, hd, generator=g), torch.randn(h, t, hd, generator=g)
+    prefix = torch.arange(t)[None, :] < torch.tensor([2, 7, 4, 5])[:, None]      # [N, T]
+    k, v = kc.expand(n, -1, -1, -1), vc.expand(n, -1, -1, -1)
+    keep = prefix[:, None, None, :].expand(n, 1, length, t)
+    kb = vb = None
+    if own_keys:
+        kb, vb = torch.randn(n, h, length, hd, generator=g), torch.randn(n, h, length, hd,
+                                                                         generator=g)
+        k, v = torch.cat([k, kb], 2), torch.cat([v, vb], 2)
+        keep = torch.cat([keep, torch.ones(n, 1, length, length, dtype=torch.bool)], -1)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    got = one_context_attention(q, kc, vc, keep, kb, vb)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -208,6 +208,27 @@ def rotate(x: Tensor, pos: Tensor, theta: float) -> Tensor:
     return out.to(x.dtype)
 
 
+def one_context_attention(q: Tensor, kc: Tensor, vc: Tensor, mask: Tensor,
+                          kb: Tensor | None = None, vb: Tensor | None = None) -> Tensor:
+    """Attention of N query rows that share one context (the blocks of a training batch come
+    from one sequence) without copying the context's keys and values N times: all N x L queries
+    meet the context keys in one product, each row's own keys (``kb``/``vb``, optional) apart,
+    and one softmax spans both. q [N, h, L, hd]; kc, vc [h, T, hd]; kb, vb [N, h, L2, hd];
+    mask [N, 1, L, T + L2] (True: attend). Equals scaled_dot_product_attention on the
+    concatenated keys up to float rounding."""
+    n, h, length, hd = q.shape
+    t = kc.shape[1]
+    rows = q.transpose(0, 1).reshape(h, n * length, hd)
+    scores = (rows @ kc.transpose(1, 2)).view(h, n, length, t).transpose(0, 1)  # [N, h, L, T]
+    if kb is not None:
+        scores = torch.cat([scores, q @ kb.transpose(2, 3)], -1)
+    scores = scores.float() * hd ** -0.5
+    p = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1).to(vc.dtype)
+    pc = p[..., :t].transpose(0, 1).reshape(h, n * length, t)
+    out = (pc @ vc).view(h, n, length, hd).transpose(0, 1)                        # [N, h, L, hd]
+    return out if vb is None else out + p[..., t:] @ vb
+
+
 class BlockAttention(nn.Module):
     """Qwen3-style attention of the block over [context; block]: grouped-query heads, per-head
     ``q_norm``/``k_norm``, rotary at absolute positions, no biases (the layout DFlash/DSpark
@@ -243,9 +264,15 @@ class BlockAttention(nn.Module):
         q = self.q_norm(self.q_proj(x).view(b, g, self.nh, self.hd)).transpose(1, 2)
         q = rotate(q, blk_pos, self.theta)
         kc, vc = self._kv(ctx, ctx_pos)
+        kb, vb = self._kv(x, blk_pos)
+        if feature_index is not None and ctx.shape[0] == 1:
+            rep = self.nh // self.nkv
+            a = one_context_attention(q, kc[0].repeat_interleave(rep, 0),
+                                      vc[0].repeat_interleave(rep, 0), mask,
+                                      kb.repeat_interleave(rep, 1), vb.repeat_interleave(rep, 1))
+            return self.o_proj(a.transpose(1, 2).reshape(b, g, -1))
         if feature_index is not None:
             kc, vc = kc.index_select(0, feature_index), vc.index_select(0, feature_index)
-        kb, vb = self._kv(x, blk_pos)
         k, v = torch.cat([kc, kb], dim=2), torch.cat([vc, vb], dim=2)       # [N, kv, T+G, hd]
         if self.nkv != self.nh:
             k = k.repeat_interleave(self.nh // self.nkv, dim=1)
@@ -372,11 +399,14 @@ class PrefixHead(nn.Module):
         c = self.norm_c(ctx)
         k = self.k(c).view(c.shape[0], -1, self.nh, self.hd).transpose(1, 2)  # [S, h, T, hd]
         v = self.v(c).view(c.shape[0], -1, self.nh, self.hd).transpose(1, 2)
-        if feature_index is not None:
-            k, v = k.index_select(0, feature_index), v.index_select(0, feature_index)
         q = self.q(self.attn_norm(x)).view(b, g * p, self.nh, self.hd).transpose(1, 2)
         mask = prefix_mask.bool()[:, None, None, :]                           # [B, 1, 1, T]
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)          # [B, h, G*P, hd]
+        if feature_index is not None and c.shape[0] == 1:
+            a = one_context_attention(q, k[0], v[0], mask)                    # [B, h, G*P, hd]
+        else:
+            if feature_index is not None:
+                k, v = k.index_select(0, feature_index), v.index_select(0, feature_index)
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)      # [B, h, G*P, hd]
         x = x + self.o(a.transpose(1, 2).reshape(b, g, p, -1))
         x = x + self.mlp(self.mlp_norm(x))
         return self.out_norm(x)
