@@ -142,8 +142,11 @@ def test_decompose_section_is_its_own_group_and_summary() -> None:
     assert "decompose" in SUMMARIES
     assert spec.decompose == ["mine", "theirs"]
     # the lookup tables are evaluated beside the user's drafters, on the same paths
-    assert spec.eval_groups["decompose"] == [Evaluation(n, "final") for n in (
+    # their records are the decompose job's own: the study job may evaluate the same tables
+    assert spec.eval_groups["decompose"] == [Evaluation(n, "final", "decompose") for n in (
         "mine", "theirs", "unigram", "bigram_committed", "bigram")]
+    assert not {(e.variant, e.job) for e in spec.eval_jobs["decompose"]} & {
+        (e.variant, e.job) for e in spec.eval_jobs["study"]}
     assert spec.lookups == ["unigram", "bigram_committed", "bigram"]
     assert spec.summary_evaluations("decompose") == spec.eval_groups["decompose"]
     assert {"mine", "theirs"} <= set(spec.drafter_names)
@@ -196,7 +199,8 @@ def test_overlay_writer(tmp_path: Path) -> None:
     merged = {**smoke(), **yaml.safe_load(path.read_text())}
     validate(merged)
     assert resolve(merged).eval_groups["decompose"] == [
-        Evaluation(n, "final") for n in ("my-drafter_1", "unigram", "bigram_committed")]
+        Evaluation(n, "final", "decompose")
+        for n in ("my-drafter_1", "unigram", "bigram_committed")]
     spec = decompose_overlay("u", tmp_path, "speculators", "dspark")
     assert spec["decompose"]["u"]["kind"] == "dspark"
     with pytest.raises(ConfigError, match="must match"):

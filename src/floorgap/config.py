@@ -131,11 +131,13 @@ def as_json(obj: Any) -> str:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """One drafter's weights evaluated on the rollout paths: ``weights`` is ``final`` or
-    ``epoch-<e>`` (an earlier epoch of the training trajectory)."""
+    """One drafter's weights evaluated on the rollout paths by one drafter_eval job:
+    ``weights`` is ``final`` or ``epoch-<e>`` (an earlier epoch of the training trajectory).
+    Records are kept per job, since two jobs may evaluate the same lookup table."""
 
     variant: str
     weights: str
+    job: str = "study"
 
     @property
     def label(self) -> str:
@@ -195,8 +197,8 @@ class WorkflowSpec:
                       + [Evaluation(arm, "final") for arm in self.budget_arms],
             # a user's own drafters (floorgap decompose): final weights only, beside the
             # lookup tables (their paired differences say whether the drafter beats them)
-            "decompose": [Evaluation(name, "final") for name in self.decompose]
-                         + [Evaluation(t, "final") for t in dict.fromkeys(
+            "decompose": [Evaluation(name, "final", "decompose") for name in self.decompose]
+                         + [Evaluation(t, "final", "decompose") for t in dict.fromkeys(
                              t for _, t in self.lookup_contrasts(self.decompose))],
         }
         # The drafter_eval jobs (one per shard each). The study's groups share one: the
@@ -207,7 +209,7 @@ class WorkflowSpec:
                       for e in self.eval_groups[group]],
             "decompose": self.eval_groups["decompose"],
             # a cross_target target evaluates only the two baselines Fig. 5 reads
-            ROLES_JOB: [Evaluation(v, "final") for v in self.cross_target_drafters],
+            ROLES_JOB: [Evaluation(v, "final", ROLES_JOB) for v in self.cross_target_drafters],
         }
 
     # ---------------------------------------------------------------- names and settings

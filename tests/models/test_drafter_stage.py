@@ -235,3 +235,27 @@ def test_stored_features_are_the_computed_ones(smoke_domain_records, train_data,
     read.prepare(), computed.prepare()
     for s in read.sequences:
         torch.testing.assert_close(read.features[s], computed.features[s], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_drafter_cli_trains_under_torchrun_with_two_processes(smoke_domain_records, train_data,
+                                                             tmp_path):
+    """``train.processes: 2`` re-executes the stage under torchrun: both ranks train, rank 0
+    writes final.pt, which records two processes and one epoch on the same blocks as one
+    process."""
+    cfg, target, model_dir, *_ = smoke_domain_records
+    data_path, data = train_data
+    spec = {"target": target, "variant": {"name": "dflash", **cfg["drafters"]["variants"]["dflash"]},
+            "taps": cfg["drafters"]["taps"],
+            "train": dict(cfg["drafters"]["train"], epochs=1, processes=2),
+            "gamma": cfg["anchors"]["gamma"], "seed": cfg["seed"]}
+    out = tmp_path / "dflash"
+    argv = ["--spec", json.dumps(spec), "--model-dir", str(model_dir), "--data", str(data_path),
+            "--out", str(out / "final.pt"), "--checkpoints", str(out / "checkpoints"),
+            "--threads", "1", "--no-progress"]
+    assert run_stage(train_cli.main, train_cli.build_parser(), argv) == 0
+    final = torch.load(out / "final.pt", weights_only=True)
+    assert final["processes"] == 2 and [e["epoch"] for e in final["epochs"]] == [1]
+    held = heldout_sequences(data, cfg["drafters"]["train"]["heldout"], cfg["seed"])
+    seq = block_index(data, cfg["anchors"]["gamma"])[0]
+    assert final["epochs"][0]["examples"] == int((~torch.isin(seq, torch.tensor(held))).sum())

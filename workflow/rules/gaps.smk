@@ -2,7 +2,12 @@
 # and best-response gains of the drafters of one target. One summary per evaluation group:
 #   summary     the drafters of drafters.variants (final weights), every statistic;
 #   trajectory  every epoch of the drafters.trajectory variants (table 10);
-#   components  the one-epoch arms of drafters.components, each against the baseline (table 13).
+#   components  the one-epoch arms of drafters.components, each against the baseline (table 13);
+#   budget      every epoch of drafters.budget.variants and the budget arms (Appendix E);
+#   decompose   the user's checkpoints of the decompose section beside the lookup tables of
+#               their orders (floorgap decompose).
+# `summary` and `decompose` hold lookup tables (drafters.lookups) and each drafter's paired
+# difference to the tables of its order.
 # A cross_target target has only `summary`, of its two baselines (Fig. 5).
 
 
