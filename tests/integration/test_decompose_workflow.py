@@ -60,7 +60,10 @@ def test_decompose_command_runs_the_workflow(smoke_target, tmp_path: Path) -> No
     out = results / "decomposition"
     csv = pd.read_csv(out / "user.csv")
     assert list(csv.columns) == ["statistic", "slot", "estimate", "lower", "upper"]
-    assert {"T0", "R", "G0", "G0_share", "floors_T1", "tau"} == set(csv.statistic)
+    # beside the drafter: the order-0 lookup tables and its paired difference to each
+    tables = ("unigram", "bigram_committed")
+    assert {"T0", "R", "G0", "G0_share", "floors_T1", "tau",
+            *(f"{s}@{t}" for s in ("R", "diff_R") for t in tables)} == set(csv.statistic)
     est = csv.set_index(["statistic", "slot"])["estimate"]
     assert 1 <= est[("tau", -1)] <= 8
     for k in range(7):
@@ -68,16 +71,19 @@ def test_decompose_command_runs_the_workflow(smoke_target, tmp_path: Path) -> No
     assert "\\begin{tabular}" in (out / "user.tex").read_text()
     md = (out / "user.md").read_text()
     assert "drafter user (dflash, order 0)" in md and md.strip() in res.stdout
-    # nothing was trained: the drafter was imported, and no training data was made
+    assert all(t in md for t in tables)
+    # nothing was trained: the drafter was imported; the tables were fitted from the training
+    # data
     record = torch.load(results / "drafters" / "user" / "final.pt", weights_only=True)
     assert record["provenance"]["imported"] and record["provenance"]["path"] == str(folder)
     assert (results / "drafters" / "user" / "train_log.jsonl").read_text() == ""
-    assert not (results / "drafter_data").exists()
+    assert all(torch.load(results / "drafters" / t / "final.pt", weights_only=True)
+               for t in tables)
     overlay = yaml.safe_load((work / "results" / "decompose" / "user.yaml").read_text())
     assert overlay["decompose"]["user"]["checkpoint"] == {"format": "dflash",
                                                           "path": str(folder)}
     gaps = pd.read_parquet(results / "gaps" / "decompose.parquet")
-    assert set(gaps.variant) == {"user"}
+    assert set(gaps.variant) == {"user", *tables}
     # a second run has nothing to do
     again = subprocess.run([sys.executable, "-m", "floorgap", "decompose", str(folder),
                             "--configfile", str(smoke), "--cores", "1", "--dry-run"],

@@ -255,7 +255,10 @@ def test_drafter_cli_trains_under_torchrun_with_two_processes(smoke_domain_recor
             "--threads", "1", "--no-progress"]
     assert run_stage(train_cli.main, train_cli.build_parser(), argv) == 0
     final = torch.load(out / "final.pt", weights_only=True)
-    assert final["processes"] == 2 and [e["epoch"] for e in final["epochs"]] == [1]
+    epochs = spec["variant"].get("epochs", 1)
+    assert final["processes"] == 2 and [e["epoch"] for e in final["epochs"]] == [
+        e + 1 for e in range(epochs)]
+    assert 1 <= final["kept_epoch"] <= epochs
     held = heldout_sequences(data, cfg["drafters"]["train"]["heldout"], cfg["seed"])
     seq = block_index(data, cfg["anchors"]["gamma"])[0]
     assert final["epochs"][0]["examples"] == int((~torch.isin(seq, torch.tensor(held))).sum())
