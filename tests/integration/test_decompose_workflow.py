@@ -83,7 +83,7 @@ def test_decompose_command_runs_the_workflow(smoke_target, tmp_path: Path) -> No
     assert overlay["decompose"]["user"]["checkpoint"] == {"format": "dflash",
                                                           "path": str(folder)}
     gaps = pd.read_parquet(results / "gaps" / "decompose.parquet")
-    assert set(gaps.variant) == {"user", *tables}
+    assert set(gaps.variant) == {"user", *tables, *(f"user-{t}" for t in tables)}  # contrasts
     # a second run has nothing to do
     again = subprocess.run([sys.executable, "-m", "floorgap", "decompose", str(folder),
                             "--configfile", str(smoke), "--cores", "1", "--dry-run"],
