@@ -75,6 +75,5 @@ def eval_record(target, evaluation, kind, domain="{domain}", shard="{shard}"):
     """A drafter_eval record file (target, domain and shard may stay wildcards)."""
     return (
         f"results/{target}/drafter_eval/{evaluation.job}/{evaluation.variant}/"
-        f"{evaluation.weights}/"
-        f"{domain}/{kind}-{shard}.parquet"
+        f"{evaluation.weights}/{domain}/{kind}-{shard}.parquet"
     )
