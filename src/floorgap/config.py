@@ -263,6 +263,11 @@ class WorkflowSpec:
         """GPUs a model-running job of this target requests (0 on CPU targets)."""
         return 1 if self.config["targets"][target]["device"].startswith("cuda") else 0
 
+    def partition(self, target: str) -> str:
+        """The SLURM partition of a model-running job of this target (section ``cluster``)."""
+        cluster = self.config["cluster"]
+        return cluster["gpu_partition"] if self.gpus(target) else cluster["cpu_partition"]
+
     def drafter_gpus(self, target: str) -> int:
         return self.gpus(target) * int(self.settings(target)["drafters"]["train"]
                                        .get("processes", 1))

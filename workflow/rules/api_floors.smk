@@ -30,6 +30,7 @@ rule api_floors:
         mem_mb=8000,
         runtime=120,
         gpu=lambda w: W.gpus(w.target),
+        slurm_partition=lambda w: W.partition(w.target),
     conda:
         CONDA_ENV
     shell:

@@ -17,6 +17,7 @@ rule drafter_data:
         mem_mb=12000,
         runtime=240,
         gpu=lambda w: W.gpus(w.target),
+        slurm_partition=lambda w: W.partition(w.target),
     conda:
         CONDA_ENV
     shell:

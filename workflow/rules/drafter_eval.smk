@@ -42,6 +42,7 @@ for _job, _evals in W.eval_jobs.items():
             mem_mb=12000,
             runtime=120,
             gpu=lambda w: W.gpus(w.target),
+            slurm_partition=lambda w: W.partition(w.target),
         conda:
             CONDA_ENV
         shell:

@@ -43,6 +43,7 @@ rule drafters:
         runtime=lambda w: 60 if W.is_imported(w.variant, w.target) else 1440,
         gpu=lambda w: (W.gpus(w.target) if W.is_imported(w.variant, w.target)
                        else W.drafter_gpus(w.target)),
+        slurm_partition=lambda w: W.partition(w.target),
     conda:
         CONDA_ENV
     shell:

@@ -25,6 +25,7 @@ rule export:
         mem_mb=12000,
         runtime=60,
         gpu=lambda w: W.gpus(w.target),
+        slurm_partition=lambda w: W.partition(w.target),
     conda:
         CONDA_ENV
     shell:

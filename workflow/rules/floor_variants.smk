@@ -22,6 +22,7 @@ rule floor_variants:
         mem_mb=12000,
         runtime=120,
         gpu=lambda w: W.gpus(w.target),
+        slurm_partition=lambda w: W.partition(w.target),
     conda:
         CONDA_ENV
     shell:

@@ -16,6 +16,7 @@ rule mi:
         mem_mb=12000,
         runtime=240,
         gpu=lambda w: W.gpus(w.target),
+        slurm_partition=lambda w: W.partition(w.target),
     conda:
         CONDA_ENV
     shell:

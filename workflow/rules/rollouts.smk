@@ -16,6 +16,7 @@ rule rollouts:
         mem_mb=12000,
         runtime=120,
         gpu=lambda w: W.gpus(w.target),
+        slurm_partition=lambda w: W.partition(w.target),
     conda:
         CONDA_ENV
     shell:

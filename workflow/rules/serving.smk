@@ -32,6 +32,7 @@ rule serving:
         mem_mb=16000,
         runtime=240,
         gpu=lambda w: W.gpus(w.target),
+        slurm_partition=lambda w: W.partition(w.target),
     conda:
         CONDA_ENV
     shell:

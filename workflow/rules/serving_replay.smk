@@ -23,6 +23,7 @@ rule serving_replay:
         mem_mb=8000,
         runtime=60,
         gpu=lambda w: W.gpus(w.target),
+        slurm_partition=lambda w: W.partition(w.target),
     conda:
         CONDA_ENV
     shell:

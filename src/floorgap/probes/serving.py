@@ -14,15 +14,17 @@ accounting serve every engine:
 * **SGLang** (CUDA only): ``python -m sglang.launch_server`` with ``--speculative-algorithm
   DFLASH|DSPARK`` and ``SGLANG_RAGGED_VERIFY_MODE=static`` (every drafted token verified, no
   confidence-based early stop); the per-request counts come from ``meta_info``
-  (``spec_verify_ct``, ``completion_tokens``) of its native ``/generate`` endpoint.
+  (``spec_verify_ct``, ``spec_num_correct_drafts``, ``spec_num_proposed_drafts``) of its native
+  ``/generate`` endpoint.
 
 Prompts are sent as token ids (the target's chat template applied by the caller), so every
 system sees exactly the same input. A request's ``verify_steps`` are its verification rounds and
 ``verified_tokens`` the tokens those rounds returned (accepted drafts plus one each), so
-tau = verified_tokens / verify_steps is the engine's accepted length: vLLM counts its
-speculative steps and accepted drafts (the first token, from prefill, is in neither); SGLang
-counts ``spec_verify_ct`` against its ``completion_tokens``. For AR both are the completion
-tokens (tau = 1).
+tau = verified_tokens / verify_steps is the engine's accepted length, with one convention for
+both engines: rounds plus accepted drafts, the first token (from prefill) in neither. vLLM
+reports those two counts; SGLang reports ``spec_verify_ct`` and ``spec_num_correct_drafts``
+(its own accept length, ``completion_tokens / spec_verify_ct``, would count the prefill token).
+For AR both are the completion tokens (tau = 1).
 """
 
 from __future__ import annotations
@@ -98,6 +100,24 @@ class EngineSpec:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+
+def engine_context_length(configured: int, longest_prompt: int, new_tokens: int,
+                          model_dir: str | os.PathLike[str]) -> int:
+    """The ``max_model_len`` to start an engine with: the configured one, raised to the longest
+    prompt plus the tokens each request may add, so no request is refused for length (an
+    engine answers HTTP 400 to a prompt + ``max_tokens`` over its limit, which would stop the
+    job). Refuses a length over the target's ``max_position_embeddings``, naming the fix."""
+    need = int(longest_prompt) + int(new_tokens)
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    text = config.get("text_config") or config  # a multimodal target keeps it one level down
+    limit = text.get("max_position_embeddings")
+    if limit is not None and need > int(limit):
+        raise StageError(f"the longest prompt ({longest_prompt} tokens) plus {new_tokens} new "
+                         f"tokens exceeds the target's max_position_embeddings ({limit}): lower "
+                         "corpus.max_prompt_tokens (it bounds the rows and anchors) or the "
+                         "tokens per request")
+    return max(int(configured), need)
 
 
 def engine_command(spec: EngineSpec) -> tuple[list[str], dict[str, str]]:
@@ -373,13 +393,42 @@ def _sglang_request(base_url: str, row: ServingRow, temperature: float, seed: in
     fr = meta.get("finish_reason")
     finish = fr.get("type", "") if isinstance(fr, dict) else str(fr or finish)
     completion = int(meta.get("completion_tokens", len(tokens)))
-    verify = meta.get("spec_verify_ct")
     return {"tokens": tokens, "ttft": ttft if ttft is not None else latency, "latency": latency,
             "prompt_tokens": int(meta.get("prompt_tokens", len(row.prompt_ids))),
-            "completion_tokens": completion, "spec_steps": verify, "verified": completion,
-            "accepted": int(meta.get("spec_accept_token_num", 0) or 0),
-            "drafted": int(meta.get("spec_draft_token_num", 0) or 0), "steps": [],
+            "completion_tokens": completion, **sglang_spec_counts(meta, completion),
             "finish": finish}
+
+
+# SGLang's names for the accepted and proposed draft counts, newest first (older releases wrote
+# the aliases); see the module docstring for what each counts.
+SGLANG_ACCEPTED = ("spec_num_correct_drafts", "spec_accepted_drafts")
+SGLANG_PROPOSED = ("spec_num_proposed_drafts", "spec_proposed_drafts")
+
+
+def _first_count(meta: Mapping[str, Any], names: Sequence[str]) -> int:
+    for name in names:
+        if meta.get(name) is not None:
+            return int(meta[name])
+    return 0
+
+
+def sglang_spec_counts(meta: Mapping[str, Any], completion_tokens: int) -> dict[str, Any]:
+    """Rounds and tokens of one SGLang response's ``meta_info``, in vLLM's convention.
+
+    SGLang writes ``spec_verify_ct`` (verification rounds, prefill not counted) and
+    ``spec_num_correct_drafts`` (accepted drafts, the bonus token not counted) only when at
+    least one round ran, so a response of a single token (the prefill's) has neither: it is
+    zero rounds, not a missing count. ``verified`` is rounds + accepted drafts (each round
+    returns its accepted drafts and one token of its own), which leaves the prefill token out as
+    vLLM does; SGLang's own ``completion_tokens / spec_verify_ct`` would count it.
+    """
+    verify = meta.get("spec_verify_ct")
+    if verify is None and completion_tokens <= 1:
+        verify = 0
+    accepted = _first_count(meta, SGLANG_ACCEPTED)
+    return {"spec_steps": verify,
+            "verified": int(verify) + accepted if verify is not None else None,
+            "accepted": accepted, "drafted": _first_count(meta, SGLANG_PROPOSED), "steps": []}
 
 
 def serve_run(spec: EngineSpec, *, target: str, system: str, task: str,

@@ -46,11 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 @contextlib.contextmanager
 def endpoint_for(spec: Mapping[str, Any], model_dir: Path, engine_log: Path,
-                 threads: int | None = None) -> Iterator[Any]:
+                 threads: int | None = None, longest_context: int = 0) -> Iterator[Any]:
     """The :class:`Endpoint` to read: a local vLLM server on the target, started here and
-    stopped on exit, or the configured remote one."""
+    stopped on exit (its context length raised to ``longest_context`` + gamma if the configured
+    one is shorter), or the configured remote one."""
     from floorgap.probes.api_floors import Endpoint
-    from floorgap.probes.serving import EngineSpec, running_engine
+    from floorgap.probes.serving import EngineSpec, engine_context_length, running_engine
     from floorgap.stages.serving import engine_python
 
     cfg = dict(spec["api_floors"]["endpoint"])
@@ -71,7 +72,9 @@ def endpoint_for(spec: Mapping[str, Any], model_dir: Path, engine_log: Path,
                         python=engine_python(cfg.get("python") or spec["serving_python"]),
                         target_dir=folder, dtype=target["dtype"], device=target["device"],
                         gamma=int(spec["gamma"]), port=int(cfg.get("port", 8031)),
-                        max_model_len=int(cfg.get("max_model_len", 4096)),
+                        max_model_len=engine_context_length(
+                            int(cfg.get("max_model_len", 4096)), longest_context,
+                            int(spec["gamma"]), model_dir),
                         startup_timeout_s=float(cfg.get("startup_timeout_s", 900)),
                         extra_args=("--max-logprobs", str(int(spec["api_floors"]["top_k"]))),
                         threads=threads)
@@ -108,7 +111,9 @@ def read_missing(spec: Mapping[str, Any], args: argparse.Namespace, anchors: Any
     route = cfg["endpoint"].get("route", "completions")
     law = SamplingLaw.from_spec(spec["law"])
     texts = _chat_texts(args.model_dir, corpus, todo) if route == "chat" else {}
-    with endpoint_for(spec, args.model_dir, args.engine_log, args.threads) as endpoint:
+    longest = max(len(contexts[a]) for a in todo["anchor_id"])
+    with endpoint_for(spec, args.model_dir, args.engine_log, args.threads,
+                      longest_context=longest) as endpoint:
         client, limiter = endpoint.client(), RateLimiter(endpoint.requests_per_minute)
         with progress(total=len(todo), desc="api_floors", unit="anchor") as bar:
             for a in todo.itertuples(index=False):

@@ -63,7 +63,8 @@ def engine_python(configured: str) -> str:
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     import pandas as pd
 
-    from floorgap.probes.serving import EngineSpec, ServingRow, running_engine, serve_run
+    from floorgap.probes.serving import (EngineSpec, ServingRow, engine_context_length,
+                                         running_engine, serve_run)
     from floorgap.progress import progress
     from floorgap.records import read_table, write_table
     from floorgap.seeds import derive_seed
@@ -73,19 +74,24 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     kind = system.get("kind")
     if kind in ("dflash", "dspark") and args.drafter_dir is None:
         raise StageError(f"system {system['name']} is a {kind} drafter: give --drafter-dir")
+    table = read_table(args.rows)
+    tasks = list(dict.fromkeys(table["task"]))
+    rows = {t: [ServingRow(t, str(r.row_id), tuple(int(i) for i in r.prompt_ids))
+                for r in table[table["task"] == t].itertuples()] for t in tasks}
+    longest = max(len(r.prompt_ids) for task_rows in rows.values() for r in task_rows)
+    max_model_len = engine_context_length(int(cfg["max_model_len"]), longest,
+                                          int(cfg["max_tokens"]), args.model_dir)
     engine = EngineSpec(engine=cfg["engine"], python=engine_python(cfg["python"]),
                         target_dir=str(Path(args.model_dir).absolute()),
                         dtype=cfg.get("dtype") or target["dtype"], device=target["device"],
                         gamma=int(spec["gamma"]), kind=kind,
                         drafter_dir=str(args.drafter_dir.absolute()) if args.drafter_dir else None,
-                        port=int(cfg["port"]), max_model_len=int(cfg["max_model_len"]),
+                        port=int(cfg["port"]), max_model_len=max_model_len,
                         startup_timeout_s=float(cfg.get("startup_timeout_s", 900)),
                         draft_sampling=str(cfg.get("draft_sampling", "probabilistic")),
                         threads=args.threads)
-    table = read_table(args.rows)
-    tasks = list(dict.fromkeys(table["task"]))
-    rows = {t: [ServingRow(t, str(r.row_id), tuple(int(i) for i in r.prompt_ids))
-                for r in table[table["task"] == t].itertuples()] for t in tasks}
+    logger.info("engine context length %d (longest prompt %d + %d new tokens)", max_model_len,
+                longest, int(cfg["max_tokens"]))
     requests, runs = [], []
     args.engine_log.parent.mkdir(parents=True, exist_ok=True)
     settings = [(float(temp), int(c)) for temp in cfg["temperatures"] for c in cfg["concurrency"]]

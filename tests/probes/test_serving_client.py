@@ -1,0 +1,121 @@
+"""The serving client against recorded engine responses: SGLang's streamed ``/generate``
+chunks as its tokenizer manager writes them (the spec counts only on the final chunk, and only
+when a verification round ran; sglang ``srt/managers/tokenizer_manager.py``, the fields of
+``BatchStrOutput`` in ``srt/managers/io_struct.py``), served by a local HTTP server, and one tau
+convention across engines."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from floorgap.errors import StageError
+from floorgap.probes.serving import EngineSpec, ServingRow, serve_run, sglang_spec_counts
+
+
+def _chunks(completion: list[int], meta: dict) -> list[dict]:
+    """Streamed chunks of one SGLang response: cumulative output ids, meta_info on each, the
+    speculative counts on the last one only."""
+    out = []
+    for n in range(1, len(completion) + 1):
+        base = {"prompt_tokens": 5, "completion_tokens": n, "cached_tokens": 0,
+                "finish_reason": None if n < len(completion) else {"type": "length",
+                                                                   "length": n}}
+        last = n == len(completion)
+        out.append({"text": "", "output_ids": completion[:n],
+                    "meta_info": {**base, **(meta if last else {})}})
+    return out
+
+
+class _Engine(BaseHTTPRequestHandler):
+    responses: dict[int, list[dict]] = {}
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        chunks = self.responses[body["input_ids"][0]]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for c in chunks:
+            self.wfile.write(f"data: {json.dumps(c)}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def sglang_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def _serve(port: int, responses: dict[int, list[dict]]):
+    _Engine.responses = responses
+    spec = EngineSpec(engine="sglang", python="/py", target_dir="/t", dtype="bfloat16",
+                      device="cuda", kind="dflash", drafter_dir="/d", gamma=7, port=port)
+    rows = [ServingRow(task="t", row_id=f"r{k}", prompt_ids=(k, 1, 2)) for k in responses]
+    return serve_run(spec, target="t", system="dflash", task="t", rows=rows, temperature=0.0,
+                     concurrency=2, seeds=[0] * len(rows), max_tokens=64)
+
+
+def test_sglang_counts_are_read_under_the_names_it_writes(sglang_server) -> None:
+    # 9 tokens: 1 from prefill, then 3 rounds that accepted 2, 0 and 3 drafts (+1 each)
+    meta = {"spec_verify_ct": 3, "spec_num_correct_drafts": 5, "spec_num_proposed_drafts": 18,
+            "spec_accept_rate": 5 / 18, "spec_accept_length": 9 / 3,
+            "spec_correct_drafts_histogram": [1, 0, 1, 1, 0, 0, 0]}
+    requests, _ = _serve(sglang_server, {0: _chunks(list(range(9)), meta)})
+    (q,) = requests
+    assert (q.verify_steps, q.verified_tokens, q.completion_tokens) == (3, 8, 9)
+    assert (q.accepted_drafts, q.draft_tokens) == (5, 18)
+
+
+def test_a_one_token_response_is_zero_rounds_not_a_failure(sglang_server) -> None:
+    requests, _ = _serve(sglang_server, {0: _chunks([7], {}), 1: _chunks(list(range(4)), {
+        "spec_verify_ct": 1, "spec_num_correct_drafts": 2, "spec_num_proposed_drafts": 6})})
+    assert [(q.verify_steps, q.verified_tokens) for q in requests] == [(0, 0), (1, 3)]
+
+
+def test_counts_missing_from_a_longer_response_stop_the_job(sglang_server) -> None:
+    with pytest.raises(StageError, match="no speculative-decoding counts"):
+        _serve(sglang_server, {0: _chunks(list(range(5)), {})})
+
+
+def test_older_alias_names_are_read() -> None:
+    meta = {"spec_verify_ct": 2, "spec_accepted_drafts": 3, "spec_proposed_drafts": 12}
+    assert sglang_spec_counts(meta, 6) == {"spec_steps": 2, "verified": 5, "accepted": 3,
+                                           "drafted": 12, "steps": []}
+
+
+def test_tau_has_one_convention_across_engines() -> None:
+    """The same rounds, as vLLM's metrics and as SGLang's meta_info: the same verified tokens
+    (rounds + accepted drafts, the prefill token in neither)."""
+    vllm = {"num_spec_steps": 4, "num_accepted_draft_tokens": 6, "num_draft_tokens": 28}
+    vllm_verified = vllm["num_spec_steps"] + vllm["num_accepted_draft_tokens"]
+    sglang = sglang_spec_counts({"spec_verify_ct": 4, "spec_num_correct_drafts": 6,
+                                 "spec_num_proposed_drafts": 24}, completion_tokens=11)
+    assert sglang["verified"] == vllm_verified == 10
+    assert sglang["verified"] / sglang["spec_steps"] == pytest.approx(2.5)
+
+
+def test_the_engine_context_length_is_raised_to_the_longest_row(tmp_path) -> None:
+    """An 8,192-token engine with 2,048 new tokens refuses any prompt over 6,144 tokens (HTTP
+    400); the length is raised from the rows instead, up to the target's position limit."""
+    from floorgap.probes.serving import engine_context_length
+
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 40960}))
+    assert engine_context_length(8192, 6000, 2048, tmp_path) == 8192
+    assert engine_context_length(8192, 7000, 2048, tmp_path) == 9048
+    with pytest.raises(StageError, match="max_position_embeddings"):
+        engine_context_length(8192, 40000, 2048, tmp_path)
+    # a multimodal target (Gemma-4) keeps its text model's limit under text_config
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {
+        "max_position_embeddings": 4096}}))
+    with pytest.raises(StageError, match=r"\(4096\)"):
+        engine_context_length(1024, 4000, 512, tmp_path)

@@ -1,0 +1,61 @@
+"""What every job asks SLURM for, read from dry runs of the shipped configs: a job that loads
+a model on a cuda target asks for a GPU in the GPU partition, with memory and a time limit;
+on a CPU config nothing asks for a GPU."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, SMOKE_CONFIG, snakemake
+
+# The stages that load the target (or its engine) on the target's device.
+MODEL_RULES = {"corpus", "rollouts", "mi", "floor_variants", "drafter_data", "drafters",
+               "export", "serving", "serving_replay", "api_floors"}
+PAPER_CONFIGS = sorted(p for p in (REPO / "workflow" / "configs").glob("*.yaml")
+                       if p != SMOKE_CONFIG)
+
+
+def planned_jobs(config: Path, work: Path) -> list[tuple[str, dict[str, str]]]:
+    """(rule, resources) of every job of a dry run."""
+    res = snakemake("-n", "--cores", "all", "--configfile", str(config), cwd=work)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    jobs = []
+    for block in re.split(r"\n(?=rule |localrule )", res.stdout):
+        head = re.match(r"(?:local)?rule (\w+):", block)
+        found = re.search(r"^\s+resources: (.*)$", block, re.M)
+        if head and found:
+            jobs.append((head.group(1), dict(kv.split("=", 1)
+                                             for kv in found.group(1).split(", "))))
+    return jobs
+
+
+def _is_model_rule(rule: str) -> bool:
+    return rule in MODEL_RULES or rule.startswith("drafter_eval_")
+
+
+@pytest.mark.parametrize("config", PAPER_CONFIGS, ids=lambda p: p.name)
+def test_every_gpu_job_asks_for_a_gpu_partition_memory_and_time(config: Path,
+                                                                tmp_path: Path) -> None:
+    cfg = yaml.safe_load(config.read_text())
+    assert all(t["device"].startswith("cuda") for t in cfg["targets"].values())
+    gpu_partition = cfg.get("cluster", {}).get("gpu_partition", "gpu")
+    jobs = planned_jobs(config, tmp_path)
+    seen = {rule for rule, _ in jobs if _is_model_rule(rule)}
+    assert {"corpus", "rollouts", "drafters", "serving"} <= seen
+    for rule, res in jobs:
+        if _is_model_rule(rule):
+            assert int(res.get("gpu", 0)) >= 1, (rule, res)
+            assert res.get("slurm_partition") == gpu_partition, (rule, res)
+            assert int(res["mem_mb"]) > 0 and int(res["runtime"]) > 0, (rule, res)
+        else:
+            assert int(res.get("gpu", 0)) == 0, (rule, res)
+
+
+def test_a_cpu_config_asks_for_no_gpu(tmp_path: Path) -> None:
+    jobs = planned_jobs(SMOKE_CONFIG, tmp_path)
+    assert jobs and all(int(res.get("gpu", 0)) == 0 for _, res in jobs)
+    assert {res["slurm_partition"] for rule, res in jobs if _is_model_rule(rule)} == {"cpu"}
