@@ -177,3 +177,51 @@ def test_a_chunked_gguf_package_materialises_the_second_target(tmp_path, monkeyp
     ids = chat_prompt_ids(tok, "The capital of France is", chat_template=False)
     assert tok.decode(ids).endswith("The capital of France is")
     assert "<start_of_turn>" not in tok.decode(ids)
+
+
+def test_a_target_is_read_straight_onto_its_device(smoke_target, monkeypatch):
+    """load_target asks transformers for the device (device_map), never a host copy first:
+    a 14B target in bf16 would need ~29.5 GB of host memory before `.to(cuda)`."""
+    from transformers import AutoModelForCausalLM
+
+    from floorgap.models.targets import load_target
+
+    real = AutoModelForCausalLM.from_pretrained.__func__
+    seen = []
+
+    def spy(cls, *args, **kwargs):
+        seen.append(kwargs.get("device_map"))
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", classmethod(spy))
+    moved = []
+    monkeypatch.setattr(torch.nn.Module, "to", lambda self, *a, **k: moved.append(a) or self)
+    model, _ = load_target(smoke_target[2], "float32", "cpu")
+    assert seen == ["cpu"] and not moved
+    assert next(model.parameters()).device == torch.device("cpu")
+
+
+def test_a_multimodal_target_is_read_through_its_text_config():
+    """google/gemma-4-*-it loads with a Gemma4Config whose top level has no hidden_size or
+    num_hidden_layers; every reader of the target's shapes goes through its text config."""
+    import types
+
+    import transformers
+
+    from floorgap.models.drafter_training import drafter_config
+    from floorgap.models.targets import text_config
+    from floorgap.stages.export import _target_facts
+
+    if not hasattr(transformers, "Gemma4Config"):
+        pytest.skip("this transformers has no Gemma-4")
+    cfg = transformers.Gemma4Config(text_config={
+        "hidden_size": 64, "num_hidden_layers": 6, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128,
+        "max_position_embeddings": 4096})
+    assert not hasattr(cfg, "hidden_size")
+    assert text_config(cfg).hidden_size == 64
+    facts = _target_facts(types.SimpleNamespace(config=cfg))
+    assert facts["num_target_layers"] == 6 and facts["max_position_embeddings"] == 4096
+    # its sliding and full layers differ in shape: no trained drafter copies "the" layer
+    with pytest.raises(StageError, match="layer_types"):
+        drafter_config({"kind": "dflash", "layers": 1}, [1, 3], 7, text_config(cfg))

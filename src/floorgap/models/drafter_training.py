@@ -53,6 +53,13 @@ def drafter_config(variant: Mapping[str, Any], taps: list[int], gamma: int, targ
     from floorgap.models.drafters import DrafterConfig
 
     tc = target_config
+    per_layer = getattr(tc, "layer_types", None)
+    if per_layer and len(set(per_layer)) > 1:
+        # Gemma-4: sliding and full layers differ in head width and rotary settings
+        raise StageError(f"the target's layers are not all alike (layer_types {sorted(set(per_layer))}"
+                         "); a trained drafter's layers copy one target layer's shapes: train "
+                         "on a target with one layer type, or import a released drafter "
+                         "(checkpoint: {format, hub})")
     heads = int(tc.num_attention_heads)
     fields = {"kind": variant["kind"], "gamma": int(gamma), "taps": [int(t) for t in taps],
               "hidden_size": int(tc.hidden_size), "n_heads": heads,
@@ -453,7 +460,7 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
     from floorgap.data.drafter_data import load_drafter_data
     from floorgap.models.checkpoints import latest_checkpoint, run_record
     from floorgap.models.drafters import build_drafter, init_from_target
-    from floorgap.models.targets import load_target
+    from floorgap.models.targets import load_target, text_config
     from floorgap.models.training import best_epoch, train
     from floorgap.progress import Timer
     from floorgap.records import sha256_file
@@ -472,7 +479,8 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
     if variant.get("vocab") is not None:
         vocab = trimmed_vocabulary(data, train_seqs, int(variant["vocab"]),
                                    int(model.get_output_embeddings().weight.shape[0]))
-    cfg = drafter_config(variant, spec["taps"], gamma, model.config, draft_vocab=vocab)
+    cfg = drafter_config(variant, spec["taps"], gamma, text_config(model.config),
+                         draft_vocab=vocab)
     tcfg = train_config(spec, ckpt_dir, device)
     torch.manual_seed(derive_seed(tcfg.seed, "drafter-init"))
     drafter = build_drafter(cfg, model)

@@ -59,6 +59,7 @@ from torch import Tensor, nn
 
 from floorgap.config import KIND_ORDER
 from floorgap.estimators.topk import logsumexp_gather, topk_divergences
+from floorgap.models.targets import text_config
 
 OBJECTIVES = ("ce", "kl", "tv")
 
@@ -998,7 +999,7 @@ def build_drafter(config: DrafterConfig, target_model: nn.Module) -> Drafter:
     """A drafter sharing ``target_model``'s input embedding and output head (frozen)."""
     embed = target_model.get_input_embeddings()
     head = target_model.get_output_embeddings()
-    tcfg = target_model.config
+    tcfg = text_config(target_model.config)
     n_layers = int(tcfg.num_hidden_layers)
     bad = [t for t in config.taps if not 0 <= t < n_layers]
     if bad:

@@ -53,6 +53,7 @@ import torch
 from torch import Tensor, nn
 
 from floorgap.models.drafters import Drafter, DrafterConfig, build_drafter
+from floorgap.models.targets import text_config
 
 __all__ = [
     "CONFIG_FILE",
@@ -471,7 +472,7 @@ def _with_gamma(cfg_fields: dict[str, Any], gamma: int | None, where: str) -> di
 
 
 def _check_target(cfg_fields: Mapping[str, Any], target_model: nn.Module, where: str) -> None:
-    hidden = int(target_model.config.hidden_size)
+    hidden = int(text_config(target_model.config).hidden_size)
     if int(cfg_fields["hidden_size"]) != hidden:
         raise ValueError(f"{where}: drafter hidden_size {cfg_fields['hidden_size']} differs from "
                          f"the target's {hidden} (the target's output head is shared)")

@@ -50,6 +50,12 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 _VERIFY_INPUT = [[1, 9690, 198, 2683, 359, 253, 5356, 5646]]
 
 
+def text_config(config: Any) -> Any:
+    """The language model's part of a target's config: a multimodal checkpoint (Gemma-4's
+    ``Gemma4Config``) keeps hidden size, layers and heads in its text config, not at the top."""
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
 def torch_dtype(name: str | torch.dtype) -> torch.dtype:
     """The torch dtype named in a config (``float32``, ``bfloat16``, ``float16``)."""
     if isinstance(name, torch.dtype):
@@ -372,7 +378,7 @@ def _model_info(spec: dict[str, Any], prov: dict[str, Any], model: Any, tok: Any
                 dtype: torch.dtype, t0: float) -> dict[str, Any]:
     """The provenance written as ``floorgap_model.json`` beside the weights."""
     config = model.config
-    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     return {
         "name": spec.get("name"),
         "spec": spec,
@@ -381,10 +387,10 @@ def _model_info(spec: dict[str, Any], prov: dict[str, Any], model: Any, tok: Any
         "architecture": config.model_type,
         "model_class": type(model).__name__,
         "parameters": int(sum(p.numel() for p in model.parameters())),
-        "vocab_size": int(text_config.vocab_size),
+        "vocab_size": int(text.vocab_size),
         "tokenizer_size": len(tok),
-        "num_hidden_layers": int(text_config.num_hidden_layers),
-        "hidden_size": int(text_config.hidden_size),
+        "num_hidden_layers": int(text.num_hidden_layers),
+        "hidden_size": int(text.hidden_size),
         "dtype": str(dtype).removeprefix("torch."),
         "device": spec.get("device", "cpu"),
         "chat_template": bool(getattr(tok, "chat_template", None)),
@@ -462,14 +468,16 @@ def load_target(model_dir: str | os.PathLike[str], dtype: str | torch.dtype = "f
                 device: str | torch.device = "cpu") -> tuple[Any, Any]:
     """Load a materialised target for probing: ``(model, tokenizer)``.
 
-    The model is in eval mode with gradients disabled on every parameter; the tokenizer pads on
-    the left (batched prefill).
+    The weights are read straight onto ``device`` (``device_map``), so a GPU job never holds
+    the whole model in host memory (a 14B target is ~29.5 GB in bf16). The model is in eval
+    mode with gradients disabled on every parameter; the tokenizer pads on the left (batched
+    prefill).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     read_model_info(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype(dtype))
-    model.to(device)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype(dtype),
+                                                 device_map=str(torch.device(device)))
     model.eval()
     model.requires_grad_(False)
     tok = AutoTokenizer.from_pretrained(str(model_dir))

@@ -29,7 +29,6 @@ the first one), so a prefix's numbers depend only on the anchor, its index, the 
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -47,7 +46,7 @@ from floorgap.estimators.mi import (MICellLosses, leave_one_out_missing_informat
                                     mi_cell_losses, screen_anchors)
 from floorgap.progress import progress
 from floorgap.records import read_metadata, read_table
-from floorgap.probes.rollouts import forward_plan, sample_block
+from floorgap.probes.rollouts import forward_plan, path_cache, sample_block
 from floorgap.sampling import SamplingLaw
 from floorgap.seeds import derive_seed
 
@@ -166,8 +165,7 @@ def conditioned_logprobs(model: Any, context_ids: list[int], prefixes: torch.Ten
     for lo in range(0, n_rows, chunk):
         hi = min(lo + chunk, n_rows)
         n = hi - lo
-        cache = copy.deepcopy(prefix_cache)
-        cache.batch_repeat_interleave(forward_batch)
+        cache = path_cache(prefix_cache, forward_batch)
         rows = prefixes[lo:hi]
         # Pad rows repeat the first real prefix; they are computed and discarded.
         rows = torch.cat([rows, rows[:1].expand(forward_batch - n, -1)])

@@ -76,6 +76,21 @@ class SampledBlock:
 
 
 @torch.inference_mode()
+def path_cache(prefix_cache: Any, rows: int) -> Any:
+    """A copy of the prefilled context's cache for ``rows`` paths that can be cropped back.
+
+    A sliding-window layer (Gemma-4, Mistral) keeps only its last window - 1 positions, so
+    once the window is full, dropping a token again (``crop``) needs the states it would have
+    discarded: the copy records them until each crop (``activate_past_recording``; caches
+    without such layers have nothing to record).
+    """
+    cache = copy.deepcopy(prefix_cache)
+    cache.batch_repeat_interleave(rows)
+    if hasattr(cache, "activate_past_recording"):
+        cache.activate_past_recording()
+    return cache
+
+
 def sample_block(model: Any, context_ids: list[int], *, n_paths: int, gamma: int,
                  law: SamplingLaw, anchor_seed: int, forward_batch: int,
                  chunk_paths: int | None = None, reveal_paths: int = 0) -> SampledBlock:
@@ -114,8 +129,7 @@ def sample_block(model: Any, context_ids: list[int], *, n_paths: int, gamma: int
     for lo in range(0, n_paths, chunk):
         rows = list(range(lo, min(lo + chunk, n_paths)))
         n = len(rows)
-        cache = copy.deepcopy(prefix_cache)
-        cache.batch_repeat_interleave(forward_batch)
+        cache = path_cache(prefix_cache, forward_batch)
         p = p0.expand(forward_batch, vocab)
         z = torch.empty(0, dtype=torch.long, device=device)  # the previous slot's tokens
         for k in range(gamma):

@@ -56,11 +56,13 @@ def _target_facts(model: Any) -> dict[str, Any]:
     without ``architectures`` (a model built in memory) falls back to the model's class name,
     which is what ``architectures`` would hold."""
     from floorgap.models.engine_formats import DEFAULT_MAX_POSITIONS
+    from floorgap.models.targets import text_config
 
     config = model.config
+    text = text_config(config)
     architectures = getattr(config, "architectures", None) or [type(model).__name__]
-    positions = getattr(config, "max_position_embeddings", None) or DEFAULT_MAX_POSITIONS
-    return {"num_target_layers": int(config.num_hidden_layers),
+    positions = getattr(text, "max_position_embeddings", None) or DEFAULT_MAX_POSITIONS
+    return {"num_target_layers": int(text.num_hidden_layers),
             "max_position_embeddings": int(positions),
             "target_architecture": str(architectures[0])}
 
