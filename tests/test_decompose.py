@@ -120,8 +120,16 @@ def test_shipped_configs_validate_and_resolve() -> None:
         validate(cfg)
         resolve(cfg)
     spec = resolve(yaml.safe_load((REPO / "workflow/configs/qwen3-4b.yaml").read_text()))
-    assert spec.variant_entry("dflash")["checkpoint"]["hub"] == "z-lab/Qwen3-4B-DFlash-b16"
-    assert spec.variant_entry("dspark")["kind"] == "dspark"
+    # the paper's own baselines (App. A): DeepSpec's block-7 releases, both Qwen3DSparkModel
+    dflash, dspark = spec.variant_entry("dflash"), spec.variant_entry("dspark")
+    assert dflash["checkpoint"] == {"format": "dspark",
+                                    "hub": "deepseek-ai/dflash_qwen3_4b_block7"}
+    assert dspark["checkpoint"]["hub"] == "deepseek-ai/dspark_qwen3_4b_block7"
+    assert (dflash["kind"], dspark["kind"]) == ("dflash", "dspark")
+    # DeepSpec's DFlash is exported and served in its own layout (the engines' DSpark method)
+    assert spec.export_formats("dflash") == ["dspark"]
+    assert spec.serving_system("dflash") == {"name": "dflash", "kind": "dflash",
+                                             "format": "dspark"}
     assert not spec.is_imported("ours")
 
 

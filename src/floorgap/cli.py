@@ -3,7 +3,11 @@
 ``floorgap --help`` lists the stages (:data:`floorgap.stages.STAGES`); ``floorgap <stage>
 --help`` shows a stage's options. Every Snakemake rule calls this command.
 
-One command is not a stage: ``floorgap decompose FOLDER`` (:func:`decompose`) launches the
+``floorgap inspect FOLDER`` (:func:`inspect`) prints, as JSON, what the importer makes of a
+drafter checkpoint folder's ``config.json`` (layout, kind, gamma and block rows, taps, widths,
+vocabularies, attention), or the field it refuses, before any GPU time is spent on it.
+
+One more command is not a stage: ``floorgap decompose FOLDER`` (:func:`decompose`) launches the
 workflow for a drafter checkpoint folder of your own. It writes a config overlay with a
 ``decompose`` entry for the folder (``results/decompose/<name>.yaml``), runs Snakemake from
 the repository root on the base config plus that overlay, up to the drafter's decomposition
@@ -25,7 +29,9 @@ from floorgap.stages._cli import EXIT_STAGE_ERROR, run_stage
 
 #: Commands that are not stages (they launch the workflow): name -> one line of help.
 COMMANDS = {"decompose": "FOLDER: floor and model gap of your own drafter checkpoint folder "
-                         "(runs the workflow)"}
+                         "(runs the workflow)",
+            "inspect": "FOLDER: what the import makes of a checkpoint folder's config.json "
+                       "(JSON), or the field it refuses"}
 
 
 def usage() -> str:
@@ -52,6 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = args[0]
     if name == "decompose":
         return decompose(args[1:])
+    if name == "inspect":
+        return inspect(args[1:])
     if name not in STAGES:
         print(f"floorgap: unknown stage {name!r}; stages: {', '.join(STAGES)}; commands: "
               f"{', '.join(COMMANDS)}", file=sys.stderr)
@@ -60,6 +68,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     if hasattr(module, "run"):  # a stage with its own entry (bench: subcommands)
         return int(module.run(args[1:]) or 0)
     return run_stage(module.main, module.build_parser(), args[1:])
+
+
+# ------------------------------------------------------------------------ floorgap inspect
+
+
+def inspect(argv: Sequence[str]) -> int:
+    """``floorgap inspect FOLDER``: the import's reading of the folder as JSON on stdout (exit
+    0), or ``{"folder", "refused"}`` with the reason (exit 1)."""
+    import json
+
+    parser = argparse.ArgumentParser(
+        prog="floorgap inspect",
+        description="Read a drafter checkpoint folder's config.json (no weights) and print what "
+                    "floorgap's import makes of it, or the field it refuses.")
+    parser.add_argument("folder", type=Path, help="checkpoint folder holding config.json")
+    args = parser.parse_args(list(argv))
+    from floorgap.models.engine_formats import describe_folder
+
+    try:
+        print(json.dumps(describe_folder(args.folder), indent=2))
+    except (ValueError, FileNotFoundError) as exc:
+        print(json.dumps({"folder": str(args.folder), "refused": str(exc)}, indent=2))
+        return 1
+    return 0
 
 
 # ------------------------------------------------------------------------ floorgap decompose

@@ -33,9 +33,11 @@ SUMMARIES = ("summary", "trajectory", "components", "budget", "decompose")
 ROLES = ("order0", "order1", "ours")
 #: The seed key every component arm shares, so that the arms start from the same draws.
 COMPONENTS_SEED_KEY = "components"
-#: The drafter kind each engine format holds; speculators folders hold either (the entry must
-#: then name its ``kind``).
+#: The drafter kind each engine format holds unless the entry names another: a dspark folder
+#: (``Qwen3DSparkModel``) with markov_rank 0 is DeepSpec's DFlash (``kind: dflash``), and
+#: speculators folders hold either kind (the entry must name it).
 FORMAT_KINDS = {"dflash": "dflash", "dspark": "dspark"}
+FORMAT_ALSO_HOLDS = {"dspark": ("dflash",), "speculators": ("dflash", "dspark")}
 # The conditioning order of every proposal kind (drafters and lookup tables): 0 reads X only,
 # 1 also the predecessor z_{k-1}
 KIND_ORDER = {"dflash": 0, "dspark": 1, "prefix_attention": 1,
@@ -101,6 +103,8 @@ def variant_kind(entry: Mapping[str, Any], where: str = "drafter entry") -> str:
     if implied is None and kind not in FORMAT_KINDS.values():
         raise ConfigError(f"{where}: a {fmt} checkpoint holds a dflash or a dspark drafter, not "
                           f"{kind}; fix kind")
+    if kind is not None and kind in FORMAT_ALSO_HOLDS.get(fmt, ()):
+        return str(kind)
     if implied is not None and kind is not None and kind != implied:
         raise ConfigError(f"{where}: kind {kind} contradicts checkpoint.format {fmt} (a {fmt} "
                           f"folder holds a {implied} drafter); drop kind or fix the format")
@@ -439,8 +443,9 @@ class WorkflowSpec:
             return {"name": name, "kind": None, "format": None}
         if name == "target":
             return {"name": name, "kind": "target", "format": None}
-        kind = variant_kind(self.variant_entry(name), f"serving.systems {name}")
-        return {"name": name, "kind": kind, "format": kind}
+        entry = self.variant_entry(name)
+        kind = variant_kind(entry, f"serving.systems {name}")
+        return {"name": name, "kind": kind, "format": self.export_formats(entry)[0]}
 
     def serving_port(self, name: str) -> int:
         """System i of serving.systems listens on port + i (jobs may run side by side)."""
@@ -538,6 +543,9 @@ class WorkflowSpec:
         extras = entry.get("short_conv") or entry.get("slot_embeddings")
         if kind not in ("dflash", "dspark") or extras:
             return ["floorgap"]
+        if is_checkpoint(entry) and entry["checkpoint"]["format"] == "dspark" \
+                and kind == "dflash":
+            return ["dspark"]  # DeepSpec's DFlash: anchor rows, served as a markov_rank-0 DSpark
         return [kind, "speculators"]
 
     def export_targets(self) -> list[str]:

@@ -162,10 +162,27 @@ def test_dspark_layout(target, tmp_path):
     folder = export_drafter(make("dspark", target), tmp_path / "d", "dspark",
                             num_target_layers=2, max_position_embeddings=2048)
     config, shapes, _ = written(folder)
-    assert config == {"architectures": ["DSparkDraftModel"], **QWEN3, "block_size": G,
-                      "target_hidden_size": H, "dflash_config": dflash_config(G), **MARKOV,
-                      "mask_token_id": V - 1, "sample_from_anchor": True}
+    # DeepSpec's Qwen3DSparkModel keys (deepspec/modeling/dspark/qwen3/config.py), the
+    # architecture vLLM's and SGLang's DSpark load for a Qwen3 target
+    assert config == {"architectures": ["Qwen3DSparkModel"], **QWEN3, "block_size": G,
+                      "layer_types": ["full_attention"] * 2, "num_target_layers": 2,
+                      "target_layer_ids": TAPS, "mask_token_id": V - 1, **MARKOV}
     assert shapes == {**backbone_shapes(), **DSPARK_SHAPES}
+
+
+def test_an_anchor_row_dflash_exports_as_a_markov_rank_0_dspark(target, batch, tmp_path):
+    """DeepSpec's DFlash layout: a dflash drafter with anchor rows is a Qwen3DSparkModel with
+    markov_rank 0 and no confidence head, and comes back bitwise; the DFlash layout refuses it."""
+    drafter = make("dflash", target, anchor_rows=True)
+    with pytest.raises(ValueError, match="anchor rows"):
+        export_drafter(drafter, tmp_path / "x", "dflash")
+    folder = export_drafter(drafter, tmp_path / "d", "dspark", num_target_layers=2)
+    config, shapes, _ = written(folder)
+    assert config["markov_rank"] == 0 and config["enable_confidence_head"] is False
+    assert config["block_size"] == G and shapes == backbone_shapes()
+    back = import_drafter(folder, target).eval()
+    assert back.cfg.kind == "dflash" and back.cfg.sample_from_anchor and back.cfg.gamma == G
+    assert_same_drafter(drafter, back, batch)
 
 
 @pytest.mark.parametrize("kind", ["dflash", "dspark"])
@@ -301,7 +318,10 @@ def edit_config(folder: Path, **changes) -> None:
 @pytest.mark.parametrize("changes,message", [
     ({"markov_head_type": "gated"}, "markov_head_type"),
     ({"hidden_size": 2 * H}, "hidden_size"),
-    ({"sample_from_anchor": False}, "sample_from_anchor"),
+    ({"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 4},
+     "layer_types"),
+    ({"target_layer_ids": [-1, 1]}, "embedding"),
+    ({"architectures": ["Gemma4DSparkModel"]}, "gemma4_text"),
     ({"architectures": ["LlamaForCausalLM"]}, "unrecognised"),
 ])
 def test_unsupported_configs_are_refused(target, tmp_path, changes, message):

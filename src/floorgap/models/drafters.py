@@ -83,6 +83,9 @@ class DrafterConfig:
     draft_vocab: list[int] | None = None
     # a trained embedding for the mask rows in place of the frozen E(mask_token_id)
     mask_embedding: bool = False
+    # block rows (see sample_from_anchor); None: the kind's own convention. A released DFlash
+    # drafter of DeepSpec (Qwen3DSparkModel, markov_rank 0) reads slot k from row k = True
+    anchor_rows: bool | None = None
     markov_rank: int = 256
     head_width: int = 512
     head_heads: int = 4
@@ -128,8 +131,9 @@ class DrafterConfig:
     def sample_from_anchor(self) -> bool:
         """Whether block row 0 (the committed token) proposes slot 0, as DSpark's engines do;
         DFlash's engines instead read slot k from row k + 1, a mask row at the position of the
-        token it proposes, so its block has gamma + 1 rows."""
-        return self.kind != "dflash"
+        token it proposes, so its block has gamma + 1 rows. ``anchor_rows`` overrides the
+        kind's convention (released checkpoints of either kind exist in both)."""
+        return self.anchor_rows if self.anchor_rows is not None else self.kind != "dflash"
 
     @property
     def block_rows(self) -> int:

@@ -11,8 +11,15 @@ Formats (:data:`FORMATS`)
 ``dflash``       SGLang/vLLM ``DFlashDraftModel``: a Qwen3 config plus ``block_size``,
                  ``target_hidden_size`` and ``dflash_config`` (``target_layer_ids`` are the
                  0-based target decoder layers, i.e. ``DrafterConfig.taps``).
-``dspark``       ``DSparkDraftModel``: the dflash layout plus top-level Markov/confidence keys
-                 and the ``markov_head.*``/``confidence_head.*`` weights.
+``dspark``       ``Qwen3DSparkModel``, the layout of DeepSpec's releases
+                 (``deepseek-ai/{dflash,dspark}_qwen3_*_block7``; written by
+                 ``deepspec/modeling/dspark/qwen3/config.py``) and the architecture vLLM's and
+                 SGLang's DSpark load for a Qwen3 target: a flat Qwen3 config plus top-level
+                 ``block_size``, ``target_layer_ids``, ``mask_token_id``, ``markov_rank`` and the
+                 confidence keys, no ``target_hidden_size``; anchor-row blocks. ``markov_rank``
+                 0 is DeepSpec's DFlash (no Markov head): a dflash drafter with anchor rows.
+                 (``DSparkDraftModel``, which this layout was once written as, is read too; vLLM
+                 registers that name for DeepSeek-V4's DSpark, so it is no longer written.)
 ``speculators``  The speculators package (``DFlashSpeculator``/``DSparkSpeculator``): the Qwen3
                  fields nested in ``transformer_layer_config``; ``aux_hidden_state_layer_ids``
                  index ``hidden_states`` (entry 0 is the embedding), so they are taps + 1.
@@ -34,7 +41,17 @@ the config keeps the mask token id the engines feed.
 Row convention. A DFlash block has gamma + 1 rows [committed, mask x gamma] and row k + 1
 proposes slot k (engine ``block_size`` B gives B - 1 drafts): ``block_size = gamma + 1``.
 DSpark and prefix attention sample from the anchor: gamma rows, row k proposes slot k, so
-``block_size = gamma``.
+``block_size = gamma``. A folder's ``sample_from_anchor`` overrides its kind's convention
+(``DrafterConfig.anchor_rows``); ``Qwen3DSparkModel`` folders are anchor-row without saying
+so, and a speculators DSpark folder without the key is refused (exports before the key
+existed used DFlash rows, later ones anchor rows: vllm-project/vllm#56792).
+
+Layer configs: z-lab's and DeepSpec's folders have no ``target_hidden_size`` and speculators'
+may leave it null (``fc`` then reads taps of the drafter's width); speculators write
+``transformer_layer_config`` as a diff, so what it leaves out is Qwen3's default. What no
+import runs is refused by field name: sliding-window layers (``layer_types``), a tap on the
+embedding (DeepSpec's ``-1``), Gemma-4 drafters (``Gemma4DSparkModel``), gated or recurrent
+Markov heads.
 """
 
 from __future__ import annotations
@@ -60,6 +77,7 @@ __all__ = [
     "FORMATS",
     "INDEX_FILE",
     "WEIGHTS_FILE",
+    "describe_folder",
     "detect_format",
     "export_drafter",
     "file_tensor_name",
@@ -75,7 +93,11 @@ MASK_EMBEDDING_FILE = "mask_embedding.pt"
 INDEX_FILE = "model.safetensors.index.json"
 DEFAULT_MAX_POSITIONS = 40960  # Qwen3's; engines size their rotary cache by it
 
-_ENGINE_ARCH = {"dflash": "DFlashDraftModel", "dspark": "DSparkDraftModel"}
+_ENGINE_ARCH = {"dflash": "DFlashDraftModel", "dspark": "Qwen3DSparkModel"}
+_LEGACY_ARCH = {"DSparkDraftModel": "dspark"}  # read, no longer written (see the docstring)
+# released drafters whose layers are not Qwen3 decoder layers
+_REFUSED_ARCH = {"Gemma4DSparkModel": "its layers are gemma4_text layers (global_head_dim, "
+                                      "attention_k_eq_v, four norms and a scalar per layer)"}
 _SPECULATORS_ARCH = {"dflash": "DFlashSpeculator", "dspark": "DSparkSpeculator"}
 _FLOORGAP_ARCH = {"dflash": "FloorgapDFlashDraftModel", "dspark": "FloorgapDSparkDraftModel",
                   "prefix_attention": "FloorgapPrefixAttentionDraftModel"}
@@ -150,8 +172,13 @@ def _check_exportable(cfg: DrafterConfig, fmt: str) -> None:
         return
     if cfg.kind == "prefix_attention":
         raise ValueError("no engine runs the prefix_attention drafter; export it as 'floorgap'")
-    if fmt in _ENGINE_ARCH and cfg.kind != fmt:
-        raise ValueError(f"the {fmt} format holds a {fmt} drafter, not a {cfg.kind} one")
+    if fmt == "dflash" and (cfg.kind != "dflash" or cfg.sample_from_anchor):
+        raise ValueError(f"the dflash format holds a dflash drafter with DFlash rows, not a "
+                         f"{cfg.kind} one{' with anchor rows' if cfg.sample_from_anchor else ''}"
+                         " (export an anchor-row dflash drafter as dspark, markov_rank 0)")
+    if fmt == "dspark" and (cfg.kind not in ("dflash", "dspark") or not cfg.sample_from_anchor):
+        raise ValueError("the dspark format holds anchor-row dspark drafters and anchor-row "
+                         f"dflash ones (markov_rank 0), not a {cfg.kind} drafter with DFlash rows")
     for option in _EXTRAS:
         if getattr(cfg, option):
             raise ValueError(f"the {fmt} format cannot hold a drafter with {option}=True (no "
@@ -195,6 +222,8 @@ def _export_config(cfg: DrafterConfig, fmt: str, dtype: torch.dtype, depth: int,
     qwen3 = _qwen3_fields(cfg, dtype, max_positions)
     if fmt == "speculators":
         return _speculators_config(cfg, qwen3, target_name, target_architecture)
+    if fmt == "dspark":
+        return _dspark_config(cfg, qwen3, depth)
     arch = _FLOORGAP_ARCH[cfg.kind] if fmt == "floorgap" else _ENGINE_ARCH[fmt]
     config: dict[str, Any] = {
         "architectures": [arch], **qwen3,
@@ -214,6 +243,23 @@ def _export_config(cfg: DrafterConfig, fmt: str, dtype: torch.dtype, depth: int,
         # the import reads the vocabulary from d2t and the mask embedding from its file, as in
         # the other layouts
         config.update(sample_from_anchor=cfg.sample_from_anchor, floorgap_config=asdict(cfg))
+    return config
+
+
+def _dspark_config(cfg: DrafterConfig, qwen3: dict[str, Any], depth: int) -> dict[str, Any]:
+    """``Qwen3DSparkModel``'s config, with the keys DeepSpec's ``build_draft_config`` writes."""
+    config: dict[str, Any] = {
+        "architectures": [_ENGINE_ARCH["dspark"]], **qwen3,
+        "layer_types": ["full_attention"] * cfg.n_layers,
+        "block_size": cfg.block_rows, "num_target_layers": depth,
+        "target_layer_ids": list(cfg.taps), "mask_token_id": cfg.mask_token_id,
+    }
+    if cfg.kind == "dspark":
+        config.update(_markov_keys(cfg))
+    else:  # DeepSpec's DFlash: no Markov head, no confidence head
+        config.update(markov_rank=0, enable_confidence_head=False)
+    if cfg.draft_vocab is not None:
+        config["draft_vocab_size"] = cfg.draft_vocab_size
     return config
 
 
@@ -316,6 +362,13 @@ def detect_format(config: Mapping[str, Any]) -> str:
         return "speculators"
     if "floorgap_config" in config or any(a in _FLOORGAP_ARCH.values() for a in archs):
         return "floorgap"
+    for arch, why in _REFUSED_ARCH.items():
+        if arch in archs:
+            raise ValueError(f"architectures {arch} is not supported: {why}, which the "
+                             "Qwen3-style drafter backbone cannot run")
+    for arch, fmt in _LEGACY_ARCH.items():
+        if arch in archs:
+            return fmt
     for fmt, arch in _ENGINE_ARCH.items():
         if arch in archs:
             return fmt
@@ -343,6 +396,12 @@ def _layer_fields(layer: Mapping[str, Any], where: str) -> dict[str, Any]:
     """DrafterConfig fields of a Qwen3 layer config; refuses what the drafter cannot run."""
     if layer.get("hidden_act", "silu") != "silu" or layer.get("attention_bias", False):
         raise ValueError(f"{where}: only silu MLPs without attention biases are supported")
+    kinds = list(layer.get("layer_types") or [])
+    sliding = [i for i, t in enumerate(kinds) if t != "full_attention"]
+    if sliding:
+        raise ValueError(f"{where}: layer_types gives layers {sliding} {kinds[sliding[0]]!r} "
+                         f"(window {layer.get('sliding_window')}); the drafter backbone runs "
+                         "full attention only, which would be a different drafter")
     hidden = int(_need(layer, "hidden_size", where))
     heads = int(_need(layer, "num_attention_heads", where))
     return {
@@ -369,40 +428,49 @@ def _markov_fields(config: Mapping[str, Any], where: str) -> dict[str, Any]:
     return {"markov_rank": int(_need(config, "markov_rank", where))}
 
 
-def _check_anchor(config: Mapping[str, Any], kind: str, where: str) -> None:
-    # The drafter's row convention is fixed by its kind (see the module docstring).
-    expected = kind != "dflash"
-    if "sample_from_anchor" in config and bool(config["sample_from_anchor"]) != expected:
-        raise ValueError(f"{where}: a {kind} drafter with sample_from_anchor="
-                         f"{config['sample_from_anchor']} is not supported (expected {expected})")
-
-
-def _gamma_of(kind: str, block_size: int) -> int:
-    """Drafted slots of a block of ``block_size`` rows (the row convention)."""
-    return block_size - 1 if kind == "dflash" else block_size
-
-
 def _block_fields(out: dict[str, Any], config: Mapping[str, Any], kind: str, block: int,
-                  taps: list[int], mask: Any, where: str) -> dict[str, Any]:
-    """``out`` (the layer fields) completed with what both engine layouts state about the
-    block: kind, gamma, taps, target width, mask token and the DSpark Markov fields."""
-    out.update(kind=kind, gamma=_gamma_of(kind, block), taps=taps,
-               target_hidden=int(_need(config, "target_hidden_size", where)),
-               mask_token_id=None if mask is None else int(mask))
+                  taps: list[int], mask: Any, where: str, anchor: bool | None) -> dict[str, Any]:
+    """``out`` (the layer fields) completed with what every engine layout states about the
+    block: kind, gamma and row convention, taps, target width, mask token and the DSpark
+    Markov fields. ``anchor`` is the layout's row convention when the folder does not state
+    ``sample_from_anchor``; None: the folder must state it."""
+    if config.get("sample_from_anchor") is not None:
+        anchor = bool(config["sample_from_anchor"])
+    if anchor is None:
+        raise ValueError(f"{where}: config.json has no sample_from_anchor, and {kind} folders "
+                         "of this layout exist with either block convention (anchor rows, or "
+                         "DFlash rows where the anchor proposes nothing); add "
+                         "sample_from_anchor: true or false, as the drafter was trained")
+    bad = [t for t in taps if t < 0]
+    if bad:
+        raise ValueError(f"{where}: target layer ids {bad} read the embedding output; the "
+                         "drafter taps decoder layers 0..L-1 only")
+    target_hidden = config.get("target_hidden_size") or out["hidden_size"]
+    out.update(kind=kind, gamma=block if anchor else block - 1, taps=taps,
+               target_hidden=int(target_hidden), mask_token_id=None if mask is None else int(mask))
+    if anchor != (kind != "dflash"):
+        out["anchor_rows"] = anchor
     if kind == "dspark":
         out.update(_markov_fields(config, where))
-    _check_anchor(config, kind, where)
     return out
 
 
-def _draft_model_fields(config: Mapping[str, Any], kind: str, where: str) -> dict[str, Any]:
-    """Fields of the dflash/dspark engine layouts."""
+def _draft_model_fields(config: Mapping[str, Any], fmt: str, where: str) -> dict[str, Any]:
+    """Fields of the dflash (z-lab's, and this exporter's) and dspark (``Qwen3DSparkModel``)
+    layouts; the kind of a dspark folder is its ``markov_rank``'s (0: dflash)."""
     dc = config.get("dflash_config") or {}
     out = _layer_fields(config, where)
     block = int(dc.get("block_size") or _need(config, "block_size", where))
     mask = dc.get("mask_token_id", config.get("mask_token_id"))
-    taps = [int(t) for t in _need(dc, "target_layer_ids", f"{where} dflash_config")]
-    return _block_fields(out, config, kind, block, taps, mask, where)
+    ids = dc.get("target_layer_ids", config.get("target_layer_ids"))
+    if ids is None:
+        raise ValueError(f"{where}: config.json gives no target_layer_ids (top level or in "
+                         "dflash_config)")
+    kind = fmt
+    if fmt == "dspark" and int(_need(config, "markov_rank", where)) == 0:
+        kind = "dflash"
+    return _block_fields(out, config, kind, block, [int(t) for t in ids], mask, where,
+                         anchor=fmt == "dspark")
 
 
 def _speculators_fields(config: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -410,11 +478,21 @@ def _speculators_fields(config: Mapping[str, Any], where: str) -> dict[str, Any]
     if kind not in _SPECULATORS_ARCH:
         raise ValueError(f"{where}: speculators model type {kind!r} is not supported; expected "
                          f"one of {sorted(_SPECULATORS_ARCH)}")
-    out = _layer_fields(_need(config, "transformer_layer_config", where), where)
+    # written as a diff (to_diff_dict): what it leaves out is Qwen3's default
+    out = _layer_fields({**_qwen3_defaults(), **_need(config, "transformer_layer_config", where)},
+                        where)
     aux = _need(config, "aux_hidden_state_layer_ids", where)
     taps = [int(t) - 1 for t in aux]  # hidden_states[0] is the embedding output
+    # speculators' DFlash always had DFlash rows; its DSpark took anchor rows with the key
     return _block_fields(out, config, kind, int(_need(config, "block_size", where)), taps,
-                         config.get("mask_token_id"), where)
+                         config.get("mask_token_id"), where,
+                         anchor=False if kind == "dflash" else None)
+
+
+def _qwen3_defaults() -> dict[str, Any]:
+    from transformers import Qwen3Config
+
+    return Qwen3Config().to_dict()
 
 
 def _floorgap_fields(config: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -445,6 +523,40 @@ def read_engine_config(folder: str | os.PathLike[str], fmt: str | None = None
     if fmt is not None and fmt != found:
         raise ValueError(f"{folder} holds a {found} checkpoint, not {fmt}")
     return found, _config_fields(config, found, str(folder))
+
+
+def describe_folder(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """What the import makes of a checkpoint folder, from its ``config.json`` alone (no
+    weights are read): layout, architecture, kind and order, gamma and block rows, taps,
+    widths, vocabularies, attention and mask token. Raises ValueError naming the field an
+    import would refuse."""
+    from floorgap.config import KIND_ORDER
+
+    folder = Path(folder)
+    config = _read_json(folder)
+    fmt, f = read_engine_config(folder)
+    cfg = DrafterConfig(**{k: v for k, v in f.items() if k != "vocab_size"})
+    layer = config.get("transformer_layer_config") or config
+    n_layers = int(f.get("n_layers", cfg.n_layers))
+    rows = "anchor" if cfg.sample_from_anchor else "dflash"
+    return {
+        "folder": str(folder), "layout": fmt,
+        "architecture": (config.get("architectures") or [None])[0],
+        "kind": cfg.kind, "order": KIND_ORDER[cfg.kind], "gamma": cfg.gamma,
+        "block_rows": cfg.block_rows, "row_convention": rows,
+        "rows": ("row k proposes slot k (row 0 the anchor)" if cfg.sample_from_anchor else
+                 "row k + 1 proposes slot k (row 0 the anchor proposes nothing)"),
+        "taps": list(cfg.taps), "layers": n_layers, "hidden_size": cfg.hidden_size,
+        "target_hidden_size": f.get("target_hidden"), "heads": cfg.n_heads,
+        "kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim,
+        "intermediate_size": cfg.intermediate_size,
+        "vocab_size": f.get("vocab_size"),
+        "draft_vocab_size": config.get("draft_vocab_size") or f.get("vocab_size"),
+        "attention": list(layer.get("layer_types") or ["full_attention"] * n_layers),
+        "mask_token_id": cfg.mask_token_id,
+        "mask_embedding": (folder / MASK_EMBEDDING_FILE).is_file(),
+        "markov_rank": cfg.markov_rank if cfg.kind == "dspark" else None,
+    }
 
 
 # --------------------------------------------------------------------------------------------

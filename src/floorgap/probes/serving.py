@@ -55,7 +55,9 @@ ENGINES = ("vllm", "sglang")
 # in 88 s instead of 3.5 s), so the server starts without them.
 JOB_THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                         "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
-# speculative methods by drafter kind, per engine (AR decoding has none)
+# speculative methods by the drafter folder's layout (its export format; the target drafting
+# for itself: target), per engine (AR decoding has none). A dspark folder is served by the DSpark
+# method whatever its kind: DeepSpec's DFlash is a Qwen3DSparkModel with markov_rank 0.
 VLLM_METHODS = {"dflash": "dflash", "dspark": "dspark", "target": "draft_model"}
 SGLANG_ALGORITHMS = {"dflash": "DFLASH", "dspark": "DSPARK"}
 
@@ -73,6 +75,7 @@ class EngineSpec:
     gamma: int
     kind: str | None = None          # dflash | dspark | target (the target drafting itself)
     drafter_dir: str | None = None
+    layout: str | None = None        # the drafter folder's format (default: the kind's)
     port: int = 8000
     max_model_len: int = 4096
     startup_timeout_s: float = 900.0
@@ -87,15 +90,20 @@ class EngineSpec:
         if self.engine not in ENGINES:
             raise StageError(f"unknown serving engine {self.engine!r}; use one of {ENGINES}")
         methods = VLLM_METHODS if self.engine == "vllm" else SGLANG_ALGORITHMS
-        if self.kind is not None and self.kind not in methods:
-            raise StageError(f"{self.engine} cannot serve a {self.kind!r} drafter; it serves "
-                             f"{sorted(methods)}")
+        if self.kind is not None and self.method_key not in methods:
+            raise StageError(f"{self.engine} cannot serve a {self.method_key!r} drafter folder; "
+                             f"it serves {sorted(methods)}")
         if self.draft_sampling not in ("greedy", "probabilistic"):
             raise StageError(f"unknown draft sampling {self.draft_sampling!r}; use greedy or "
                              "probabilistic")
         if self.engine == "sglang" and not self.device.startswith("cuda"):
             raise StageError("SGLang runs DFLASH/DSPARK on CUDA only: set serving.engine: vllm "
                              "for a CPU target")
+
+    @property
+    def method_key(self) -> str:
+        """The key of the speculative method: the folder's layout, else the kind."""
+        return str(self.layout or self.kind)
 
     @property
     def base_url(self) -> str:
@@ -140,7 +148,7 @@ def engine_command(spec: EngineSpec) -> tuple[list[str], dict[str, str]]:
             model = spec.target_dir if spec.kind == "target" else spec.drafter_dir
             # probabilistic samples from q and verifies with min(1, p/q), as the offline probe
             # scores q; greedy (vLLM's default) proposes argmax q as a one-hot proposal
-            cfg = {"method": VLLM_METHODS[spec.kind], "model": model,
+            cfg = {"method": VLLM_METHODS[spec.method_key], "model": model,
                    "num_speculative_tokens": int(spec.gamma),
                    "draft_sample_method": spec.draft_sampling}
             cmd += ["--speculative-config", json.dumps(cfg),
@@ -150,9 +158,9 @@ def engine_command(spec: EngineSpec) -> tuple[list[str], dict[str, str]]:
                "--dtype", spec.dtype, "--port", str(spec.port), "--host", "127.0.0.1",
                "--context-length", str(spec.max_model_len), "--random-seed", "0"]
         if spec.kind is not None:
-            cmd += ["--speculative-algorithm", SGLANG_ALGORITHMS[spec.kind],
+            cmd += ["--speculative-algorithm", SGLANG_ALGORITHMS[spec.method_key],
                     "--speculative-draft-model-path", str(spec.drafter_dir)]
-            if spec.kind == "dspark":
+            if spec.method_key == "dspark":
                 cmd += ["--speculative-dspark-block-size", str(spec.gamma)]
             else:
                 cmd += ["--speculative-num-draft-tokens", str(spec.gamma + 1)]

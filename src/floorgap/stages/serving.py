@@ -86,6 +86,7 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
                         dtype=cfg.get("dtype") or target["dtype"], device=target["device"],
                         gamma=int(spec["gamma"]), kind=kind,
                         drafter_dir=str(args.drafter_dir.absolute()) if args.drafter_dir else None,
+                        layout=system.get("format"),
                         port=int(cfg["port"]), max_model_len=max_model_len,
                         startup_timeout_s=float(cfg.get("startup_timeout_s", 900)),
                         draft_sampling=str(cfg.get("draft_sampling", "probabilistic")),
