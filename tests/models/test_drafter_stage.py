@@ -262,3 +262,35 @@ def test_drafter_cli_trains_under_torchrun_with_two_processes(smoke_domain_recor
     held = heldout_sequences(data, cfg["drafters"]["train"]["heldout"], cfg["seed"])
     seq = block_index(data, cfg["anchors"]["gamma"])[0]
     assert final["epochs"][0]["examples"] == int((~torch.isin(seq, torch.tensor(held))).sum())
+
+
+def test_a_training_corpus_replaces_the_domains_and_skips_evaluation_texts(smoke_domain_records,
+                                                                           tmp_path):
+    """training_data.corpus: the prompts come from that one source (ShareGPT conversations, as
+    Open-PerfectBlend stores them), labelled `training`, and no evaluation text is among them."""
+    cfg, target, model_dir, corpus, _, _ = smoke_domain_records
+    evaluation = read_table(corpus)
+    taken = str(evaluation["prompt_text"].iloc[0])
+    rows = [{"conversations": [{"from": "human", "value": text},
+                               {"from": "gpt", "value": "an answer"}]}
+            for text in (taken, "Name three prime numbers.", "Write a haiku about rain.")]
+    path = tmp_path / "blend.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = _data_spec(cfg, target, corpus={"source": f"jsonl:{path}",
+                                           "text_field": "conversations", "prompts": 2})
+    out = tmp_path / "corpus_data.pt"
+    assert run_stage(data_cli.main, data_cli.build_parser(),
+                     ["--spec", json.dumps(spec), "--model-dir", str(model_dir), "--corpus",
+                      str(corpus), "--out", str(out), "--threads", "1"]) == 0
+    data = load_drafter_data(out)
+    meta = data["metadata"]
+    assert meta["domains"] == ["training"] and set(data["seq_domains"]) <= {"training"}
+    assert meta["counts"]["training"]["selected"] == 2
+    ids = set(data["seq_prompt_ids"])
+    assert ids and all(i.startswith("training:") for i in ids)
+    from floorgap.data.domains import prompt_id
+    from floorgap.data.drafter_data import training_domains
+    assert prompt_id("training", taken) not in ids
+    # an evaluation text of any domain is excluded from the corpus under the corpus's label
+    _, excluded, n = training_domains(spec, {"gsm8k": {prompt_id("gsm8k", taken)}})
+    assert excluded == {"training": {prompt_id("training", taken)}} and n == {"training": 2}

@@ -26,7 +26,7 @@ import importlib.metadata
 import json
 import logging
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,11 +112,15 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
 
 
 def _text_of(value: Any, where: str) -> str:
-    """A prompt text from a field value; multi-turn lists contribute their first turn."""
+    """A prompt text from a field value; multi-turn lists contribute their first turn, a turn
+    being text or a message (ShareGPT's ``{"from", "value"}``, as in Open-PerfectBlend's
+    ``conversations``, or ``{"role", "content"}``)."""
     if isinstance(value, (list, tuple)):
         if not value:
             raise StageError(f"{where}: empty list of turns")
         value = value[0]
+    if isinstance(value, Mapping):
+        value = value.get("value", value.get("content"))
     if not isinstance(value, str):
         raise StageError(f"{where}: expected text, found {type(value).__name__}")
     return value
