@@ -31,7 +31,9 @@ from floorgap.stages._cli import EXIT_STAGE_ERROR, run_stage
 COMMANDS = {"decompose": "FOLDER: floor and model gap of your own drafter checkpoint folder "
                          "(runs the workflow)",
             "inspect": "FOLDER: what the import makes of a checkpoint folder's config.json "
-                       "(JSON), or the field it refuses"}
+                       "(JSON), or the field it refuses",
+            "plan": "--configfile X: each GPU job's memory estimated against what it asks "
+                    "for, before submission"}
 
 
 def usage() -> str:
@@ -60,6 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return decompose(args[1:])
     if name == "inspect":
         return inspect(args[1:])
+    if name == "plan":
+        return plan(args[1:])
     if name not in STAGES:
         print(f"floorgap: unknown stage {name!r}; stages: {', '.join(STAGES)}; commands: "
               f"{', '.join(COMMANDS)}", file=sys.stderr)
@@ -92,6 +96,102 @@ def inspect(argv: Sequence[str]) -> int:
         print(json.dumps({"folder": str(args.folder), "refused": str(exc)}, indent=2))
         return 1
     return 0
+
+
+# ------------------------------------------------------------------------ floorgap plan
+
+
+def declared_resources(dry_run_output: str) -> dict[str, dict[str, dict[str, str]]]:
+    """target -> rule -> resources of its jobs, from the job listing of a Snakemake dry run
+    (the largest value per resource over a rule's jobs)."""
+    import re
+
+    out: dict[str, dict[str, dict[str, str]]] = {}
+    for block in re.split(r"\n(?=(?:local)?rule )", dry_run_output):
+        head = re.match(r"(?:local)?rule (\w+):", block)
+        found = re.search(r"^\s+resources: (.*)$", block, re.M)
+        target = re.search(r"^\s+wildcards: .*?\btarget=([^,\s]+)", block, re.M)
+        if not (head and found and target):
+            continue
+        res = dict(kv.split("=", 1) for kv in found.group(1).split(", "))
+        rule = out.setdefault(target.group(1), {}).setdefault(head.group(1), {})
+        for key, value in res.items():
+            if value.isdigit() and rule.get(key, "0").isdigit():
+                value = str(max(int(value), int(rule.get(key, "0"))))
+            rule[key] = value
+    return out
+
+
+def plan(argv: Sequence[str]) -> int:
+    """``floorgap plan --configfile X [...]``: the memory each job of the floorgap probes needs
+    (``floorgap.resources``) beside what it asks for; exit 1 naming every job that cannot fit."""
+    import yaml
+    from snakemake.utils import update_config, validate
+
+    from floorgap.config import resolve
+    from floorgap.resources import GIB, largest_forward_batch, plan as plan_jobs
+    from floorgap.resources import read_model_config, weight_bytes
+
+    parser = argparse.ArgumentParser(
+        prog="floorgap plan",
+        description="Estimate the peak GPU and host memory of every job that runs the target "
+                    "(model config, M, forward_batch, the longest context) and stop with the "
+                    "rule's name when one cannot fit what it asks for.")
+    parser.add_argument("--configfile", type=Path, nargs="+", required=True)
+    parser.add_argument("--gpu-memory-gb", type=float, default=None,
+                        help="memory of one GPU in GiB (default: cluster.gpu_memory_gb)")
+    parser.add_argument("--model-config", action="append", default=[], metavar="TARGET=PATH",
+                        help="a target's config.json (default: results/models/<target>/)")
+    args = parser.parse_args(list(argv))
+    root = repository_root()
+    cfg: dict = {}
+    for path in args.configfile:
+        update_config(cfg, yaml.safe_load(path.read_text()) or {})
+    validate(cfg, schema=str(root / "workflow" / "schemas" / "config.schema.yaml"))
+    spec = resolve(cfg)
+    gpu_gb = args.gpu_memory_gb or float(cfg["cluster"]["gpu_memory_gb"])
+    given = dict(item.split("=", 1) for item in args.model_config)
+    res = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile",
+                          str(root / "Snakefile"), "-n", "--cores", "all", "--configfile",
+                          *map(str, args.configfile)], cwd=root, capture_output=True, text=True)
+    if res.returncode != 0:
+        print(res.stdout[-3000:] + res.stderr[-3000:], file=sys.stderr)
+        return 2
+    declared = declared_resources(res.stdout)
+    problems: list[str] = []
+    print(f"{'rule':<16} {'target':<16} {'GPU GiB':>8} {'host GiB':>8} {'asks':>18}  largest part")
+    for target in spec.targets:
+        model_dir = root / "results" / "models" / target
+        config_json = Path(given.get(target, model_dir / "config.json"))
+        if not config_json.is_file():
+            print(f"{target}: no config.json at {config_json}; materialise the target first "
+                  f"(snakemake --cores 1 results/models/{target} --configfile ...) or pass "
+                  f"--model-config {target}=PATH")
+            continue
+        shape = read_model_config(config_json)
+        settings = spec.settings(target)
+        longest = int(settings["corpus"]["max_prompt_tokens"]) + int(
+            settings["corpus"]["max_new_tokens"])
+        print(f"{target}: longest context {longest} tokens (corpus.max_prompt_tokens + "
+              f"max_new_tokens), {shape.parameters / 1e9:.2f}B parameters, GPU {gpu_gb:g} GiB")
+        jobs = plan_jobs(settings, target, shape, config_json.parent,
+                         declared.get(target, {}))
+        for job in jobs:
+            asks = f"gpu={job.gpus} mem_mb={job.mem_mb}"
+            biggest = max(job.parts, key=job.parts.get)
+            print(f"{job.rule:<16} {target:<16} {job.device_bytes / GIB:>8.1f} "
+                  f"{job.host_bytes / GIB:>8.1f} {asks:>18}  {biggest} "
+                  f"{job.parts[biggest] / GIB:.1f} {job.note}")
+            found = job.problems(gpu_gb)
+            if found and job.rule == "rollouts" and job.gpus:
+                weights = weight_bytes(config_json.parent, shape, settings["targets"][target]
+                                       ["dtype"])
+                fb = largest_forward_batch(settings, target, shape, weights, gpu_gb)
+                found[0] += f"; rollouts.forward_batch {fb} would fit (set it for {target})"
+            problems += found
+    for line in problems:
+        print(f"does not fit: {line}")
+    return 1 if problems else 0
 
 
 # ------------------------------------------------------------------------ floorgap decompose
@@ -155,7 +255,8 @@ def detect_checkpoint(folder: Path, fmt: str, kind: str | None) -> tuple[str, st
     if found == "floorgap":
         raise DecomposeError(f"{folder} is in floorgap's own layout, which no engine runs; "
                              "export the drafter as dflash, dspark or speculators")
-    if found == "speculators" and kind is None:
+    if kind is None and found != fields["kind"]:
+        # speculators folders hold either kind; a dspark folder with markov_rank 0 a dflash
         kind = str(fields["kind"])
     if kind is not None and kind != fields["kind"]:
         raise DecomposeError(f"{folder} holds a {fields['kind']} drafter, not {kind}; drop "

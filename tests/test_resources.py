@@ -1,0 +1,75 @@
+"""The resource plan (floorgap.resources, `floorgap plan`): parameter count and KV cache against
+a real model, the issue's 14B arithmetic, and the command on a shipped config."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from floorgap.resources import GIB, ModelShape, largest_forward_batch, plan, probe_jobs
+
+from conftest import REPO, SMOKE_CONFIG
+
+transformers = pytest.importorskip("transformers")
+
+QWEN3_14B = {"hidden_size": 5120, "num_hidden_layers": 40, "num_attention_heads": 40,
+             "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 17408,
+             "vocab_size": 151936, "tie_word_embeddings": False}
+
+
+def test_parameters_and_kv_cache_match_a_real_model():
+    cfg = transformers.Qwen3Config(vocab_size=300, hidden_size=64, intermediate_size=96,
+                                   num_hidden_layers=3, num_attention_heads=4,
+                                   num_key_value_heads=2, head_dim=16, tie_word_embeddings=False)
+    model = transformers.Qwen3ForCausalLM(cfg).eval()
+    shape = ModelShape.from_config(cfg.to_dict())
+    assert shape.parameters == sum(p.numel() for p in model.parameters())
+    with torch.no_grad():
+        cache = model(input_ids=torch.zeros(5, 11, dtype=torch.long), use_cache=True).cache
+    stored = sum(t.numel() * t.element_size() for layer in cache.layers
+                 for t in (layer.keys, layer.values))
+    assert shape.kv_bytes(11, 5, 4) == stored
+
+
+def test_the_14b_rollouts_do_not_fit_an_80_gb_card():
+    """The paper config's 14B rollouts at forward_batch 32 and an 8,638-token context: weights
+    ~27.5 GiB + KV ~42.2 GiB + the revealed tensor ~8.1 GiB, over 80 GiB."""
+    shape = ModelShape.from_config(QWEN3_14B)
+    cfg = yaml.safe_load((REPO / "workflow" / "configs" / "qwen3-14b.yaml").read_text())
+    cfg["corpus"]["max_prompt_tokens"], cfg["corpus"]["max_new_tokens"] = 6583, 2048
+    weights = shape.parameters * 2
+    parts = probe_jobs(cfg, "qwen3-14b", shape, weights)["rollouts"]
+    assert parts["weights"] / GIB == pytest.approx(27.5, abs=0.3)
+    assert parts["kv_cache"] / GIB == pytest.approx(42.2, abs=0.1)
+    assert parts["revealed"] / GIB == pytest.approx(8.1, abs=0.05)
+    (job,) = [j for j in plan(cfg, "qwen3-14b", shape, None, {"rollouts": {"gpu": "1",
+                                                                            "mem_mb": "12000"}})]
+    assert job.problems(80) and "GPU memory" in job.problems(80)[0]
+    fb = largest_forward_batch(cfg, "qwen3-14b", shape, weights, 80)
+    assert 0 < fb < 32
+
+
+def test_floorgap_plan_on_the_smoke_config(smoke_target, tmp_path):
+    _, _, model_dir, _ = smoke_target
+    target = next(iter(yaml.safe_load(SMOKE_CONFIG.read_text())["targets"]))
+    cmd = [sys.executable, "-m", "floorgap", "plan", "--configfile", str(SMOKE_CONFIG),
+           "--model-config", f"{target}={Path(model_dir) / 'config.json'}"]
+    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = [line.split()[:2] for line in res.stdout.splitlines()[1:] if line.startswith(
+        ("rollouts", "corpus", "mi", "drafter_data"))]
+    assert ["rollouts", target] in rows and ["corpus", target] in rows
+    # a host-memory request too small for a CPU job is named
+    small = yaml.safe_load(SMOKE_CONFIG.read_text())
+    small["rollouts"]["paths"] = 4096
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(small, sort_keys=False))
+    res = subprocess.run([*cmd[:5], str(path), *cmd[6:]], cwd=REPO, capture_output=True,
+                         text=True)
+    assert res.returncode == 1 and "does not fit: rollouts" in res.stdout, res.stdout[-2000:]
