@@ -3,7 +3,6 @@ a real model, the issue's 14B arithmetic, and the command on a shipped config.""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
