@@ -12,13 +12,13 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "floorgap"
 
 #: Layer of each top-level part of the package; a module may import only its own layer or lower
 #: ones. Bottom: shared plumbing (errors, progress, seeds, records, sampling, the config
-#: resolver); then the estimators (maths); the sampling law, data, models and probes (they run
+#: resolver, the resource plan's arithmetic); then the estimators (maths); the sampling law, data, models and probes (they run
 #: models), with the engine plugins (code a serving engine loads into itself); analysis
 #: (records -> summaries); reports (summaries -> figures and tables); the stage commands; the
 #: console entry.
 LAYERS: dict[str, int] = {
     "floorgap": 0, "errors": 0, "progress": 0, "seeds": 0, "records": 0, "config": 0,
-    "notation": 0,
+    "notation": 0, "resources": 0,
     "estimators": 1,
     "sampling": 2, "data": 2, "models": 2, "probes": 2, "engine_plugins": 2,
     "analysis": 3,
