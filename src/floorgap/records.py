@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -20,6 +21,8 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+log = logging.getLogger("floorgap.records")
 
 
 @contextlib.contextmanager
@@ -122,3 +125,74 @@ def manifest_entry(path: str | os.PathLike[str]) -> dict[str, Any]:
 def write_manifest(path: str | os.PathLike[str], files: Sequence[str | os.PathLike[str]]) -> None:
     """Write a manifest (row counts and SHA-256 of every record file) atomically."""
     write_json(path, {"files": [manifest_entry(f) for f in sorted(map(str, files))]})
+
+
+def fingerprint(spec: Mapping[str, Any]) -> str:
+    """A short hash of what determines a job's results (a journal's header)."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class Journal:
+    """Append-only JSON lines of a long job's finished units (``key`` -> JSON payload), headed
+    by the run's fingerprint, kept beside the job's outputs but not one of them, so a job that
+    is killed or times out keeps what it finished and its rerun does only the rest.
+
+    A journal of another fingerprint (a changed config) is set aside as ``.stale``; a line that
+    does not parse (a write cut by a kill) is counted, logged and dropped, and the journal is
+    rewritten without it before the run appends again.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], fingerprint: str) -> None:
+        self.path = Path(path)
+        self.fingerprint = fingerprint
+        self.corrupt_lines = 0
+
+    def load_entries(self) -> dict[str, Any]:
+        done: dict[str, Any] = {}
+        if not self.path.exists():
+            self._rewrite(done)
+            return done
+        lines = self.path.read_text().splitlines()
+        try:
+            header = json.loads(lines[0]) if lines else {}
+        except json.JSONDecodeError:
+            header = {}
+        if header.get("fingerprint") != self.fingerprint:
+            stale = self.path.with_suffix(self.path.suffix + ".stale")
+            os.replace(self.path, stale)
+            log.info("journal %s belongs to another run (fingerprint %s, now %s): set aside as %s",
+                     self.path, header.get("fingerprint"), self.fingerprint, stale)
+            self._rewrite(done)
+            return done
+        for line in lines[1:]:
+            try:
+                entry = json.loads(line)
+                done[str(entry["key"])] = entry["value"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                self.corrupt_lines += 1
+        if self.corrupt_lines:
+            log.warning("journal %s: %d incomplete line(s) dropped; those units are redone",
+                        self.path, self.corrupt_lines)
+            self._rewrite(done)
+        return done
+
+    def _rewrite(self, done: Mapping[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
+        with open(tmp, "w") as fh:
+            fh.write(json.dumps({"fingerprint": self.fingerprint}) + "\n")
+            for key, value in done.items():
+                fh.write(self._line(key, value))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+
+    @staticmethod
+    def _line(key: str, value: Any) -> str:
+        return json.dumps({"key": key, "value": value}, default=_json_default) + "\n"
+
+    def append_entry(self, key: str, value: Any) -> None:
+        with open(self.path, "a") as fh:
+            fh.write(self._line(key, value))
+            fh.flush()
+            os.fsync(fh.fileno())

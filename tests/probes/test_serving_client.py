@@ -119,3 +119,56 @@ def test_the_engine_context_length_is_raised_to_the_longest_row(tmp_path) -> Non
         "max_position_embeddings": 4096}}))
     with pytest.raises(StageError, match=r"\(4096\)"):
         engine_context_length(1024, 4000, 512, tmp_path)
+
+
+def test_a_killed_serving_job_resumes_from_its_journal(sglang_server, tmp_path, monkeypatch):
+    """The serving stage journals each finished run; a job killed after its first run is
+    finished by a rerun that serves only the rest, with the same requests as an uninterrupted
+    job (wall times aside), and says how many runs it took over."""
+    import argparse
+    import contextlib
+    import logging
+
+    import floorgap.probes.serving as serving
+    from floorgap.stages.serving import serve_runs
+
+    monkeypatch.setattr(serving, "running_engine", lambda *a, **k: contextlib.nullcontext())
+    meta = {"spec_verify_ct": 1, "spec_num_correct_drafts": 2, "spec_num_proposed_drafts": 6}
+    _Engine.responses = {0: _chunks(list(range(4)), meta), 1: _chunks([5, 6, 7, 8], meta)}
+    engine = EngineSpec(engine="sglang", python="/py", target_dir="/t", dtype="bfloat16",
+                        device="cuda", kind="dflash", drafter_dir="/d", gamma=7,
+                        port=sglang_server)
+    rows = {"a": [ServingRow("a", "r0", (0, 1))], "b": [ServingRow("b", "r1", (1, 1))]}
+    spec = {"target": {"name": "t"}, "system": {"name": "dflash"}, "seed": 3,
+            "serving": {"temperatures": [0.0, 1.0], "concurrency": [1], "max_tokens": 8}}
+    (tmp_path / "rows.parquet").write_bytes(b"rows")
+
+    def job(folder):
+        return argparse.Namespace(rows=tmp_path / "rows.parquet", journal=None,
+                                  engine_log=tmp_path / folder / "engine.log",
+                                  out_requests=tmp_path / folder / "requests.parquet")
+
+    log = logging.getLogger("test")
+    clean, clean_runs, resumed = serve_runs(engine, spec, rows, job("clean"), log)
+    assert resumed == 0 and len(clean_runs) == 4
+    real, calls = serving.serve_run, []
+
+    def dies_on_the_second(*a, **k):
+        if len(calls) == 1:
+            raise KeyboardInterrupt("killed")
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(serving, "serve_run", dies_on_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        serve_runs(engine, spec, rows, job("killed"), log)
+    monkeypatch.setattr(serving, "serve_run", real)
+    again, runs, resumed = serve_runs(engine, spec, rows, job("killed"), log)
+    assert resumed == 1 and len(runs) == 4
+
+    def untimed(qs):
+        return [{k: v for k, v in vars(q).items() if k not in ("latency_s", "ttft_s")}
+                for q in qs]
+    assert untimed(again) == untimed(clean)
+    assert [(r.task, r.temperature) for r in runs] == [(r.task, r.temperature)
+                                                       for r in clean_runs]

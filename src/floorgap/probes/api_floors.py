@@ -25,20 +25,18 @@ variable the config names and is never written anywhere.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from floorgap.errors import StageError
+from floorgap.records import Journal
 from floorgap.sampling import SamplingLaw
 
 log = logging.getLogger("floorgap.api_floors")
@@ -190,73 +188,14 @@ def read_anchor(client: Any, endpoint: Endpoint, prompt: Any, *, n_paths: int, g
 # ----------------------------------------------------------------------------------- journal
 
 
-def fingerprint(spec: Mapping[str, Any]) -> str:
-    """A short hash of what determines the reads (endpoint, law, M, gamma, anchors, seed)."""
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
-
-
-class AnchorJournal:
-    """Append-only JSON lines of complete anchors, headed by the run's fingerprint.
-
-    A journal of another fingerprint (a changed config) is set aside as ``.stale``; a line that
-    does not parse (a write cut by a kill) is counted, logged and dropped, and the journal is
-    rewritten without it before the run appends again.
-    """
-
-    def __init__(self, path: str | Path, fingerprint: str) -> None:
-        self.path = Path(path)
-        self.fingerprint = fingerprint
-        self.corrupt_lines = 0
+class AnchorJournal(Journal):
+    """The journal of complete anchors: anchor id -> its path reads (:class:`Journal`)."""
 
     def load(self) -> dict[str, list[PathRead]]:
-        done: dict[str, list[PathRead]] = {}
-        if not self.path.exists():
-            self._rewrite(done)
-            return done
-        lines = self.path.read_text().splitlines()
-        try:
-            header = json.loads(lines[0]) if lines else {}
-        except json.JSONDecodeError:
-            header = {}
-        if header.get("fingerprint") != self.fingerprint:
-            stale = self.path.with_suffix(self.path.suffix + ".stale")
-            os.replace(self.path, stale)
-            log.info("journal %s belongs to another run (fingerprint %s, now %s): set aside as %s",
-                     self.path, header.get("fingerprint"), self.fingerprint, stale)
-            self._rewrite(done)
-            return done
-        for line in lines[1:]:
-            try:
-                entry = json.loads(line)
-                done[entry["anchor_id"]] = [PathRead(**p) for p in entry["paths"]]
-            except (json.JSONDecodeError, KeyError, TypeError):
-                self.corrupt_lines += 1
-        if self.corrupt_lines:
-            log.warning("journal %s: %d incomplete line(s) dropped; those anchors are read again",
-                        self.path, self.corrupt_lines)
-            self._rewrite(done)
-        return done
-
-    def _rewrite(self, done: Mapping[str, list[PathRead]]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
-        with open(tmp, "w") as fh:
-            fh.write(json.dumps({"fingerprint": self.fingerprint}) + "\n")
-            for anchor_id, reads in done.items():
-                fh.write(self._line(anchor_id, reads))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
-
-    @staticmethod
-    def _line(anchor_id: str, reads: Sequence[PathRead]) -> str:
-        return json.dumps({"anchor_id": anchor_id, "paths": [asdict(r) for r in reads]}) + "\n"
+        return {k: [PathRead(**p) for p in v] for k, v in self.load_entries().items()}
 
     def append(self, anchor_id: str, reads: Sequence[PathRead]) -> None:
-        with open(self.path, "a") as fh:
-            fh.write(self._line(anchor_id, reads))
-            fh.flush()
-            os.fsync(fh.fileno())
+        self.append_entry(anchor_id, [asdict(r) for r in reads])
 
 
 # ------------------------------------------------------------------------ matched-path check

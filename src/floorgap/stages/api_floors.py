@@ -84,7 +84,7 @@ def endpoint_for(spec: Mapping[str, Any], model_dir: Path, engine_log: Path,
 
 
 def run_fingerprint(spec: Mapping[str, Any], anchor_ids: list[str]) -> str:
-    from floorgap.probes.api_floors import fingerprint
+    from floorgap.records import fingerprint
 
     cfg = spec["api_floors"]
     endpoint = {k: v for k, v in cfg["endpoint"].items() if k not in TRANSPORT_KEYS}

@@ -10,6 +10,12 @@ task, temperature and concurrency, with at most that many requests in flight), s
 server, and writes one record per request and one per run. A server that fails to start is a
 one-line error naming the engine log.
 
+Resumable: each finished run (task x temperature x concurrency) is journalled in ``--journal``
+(not a rule output, so a job that is killed or runs out of its SLURM time keeps it); a rerun
+serves only the runs the journal lacks and says how many it took over in the record's
+metadata (``resumed_runs``: their wall times were measured by the earlier job). The journal is
+removed once the records are written, so a later forced rerun measures everything again.
+
 Seeds: a request's sampling seed is ``derive_seed(seed, "serving", row_id, temperature)``, the
 same for every system and concurrency, so AR and the drafters sample with the same keys.
 
@@ -24,6 +30,7 @@ import argparse
 import logging
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from floorgap.errors import StageError
 from floorgap.stages._cli import stage_parser
@@ -40,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out-runs", required=True, type=Path)
     parser.add_argument("--engine-log", required=True, type=Path,
                         help="the engine server's own output")
+    parser.add_argument("--journal", type=Path, default=None,
+                        help="journal of finished runs (default: beside --out-requests)")
     return parser
 
 
@@ -63,11 +72,8 @@ def engine_python(configured: str) -> str:
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     import pandas as pd
 
-    from floorgap.probes.serving import (EngineSpec, ServingRow, engine_context_length,
-                                         running_engine, serve_run)
-    from floorgap.progress import progress
+    from floorgap.probes.serving import EngineSpec, ServingRow, engine_context_length
     from floorgap.records import read_table, write_table
-    from floorgap.seeds import derive_seed
 
     spec = args.spec
     target, system, cfg = spec["target"], spec["system"], spec["serving"]
@@ -93,35 +99,73 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
                         threads=args.threads)
     logger.info("engine context length %d (longest prompt %d + %d new tokens)", max_model_len,
                 longest, int(cfg["max_tokens"]))
-    requests, runs = [], []
-    args.engine_log.parent.mkdir(parents=True, exist_ok=True)
-    settings = [(float(temp), int(c)) for temp in cfg["temperatures"] for c in cfg["concurrency"]]
-    with running_engine(engine, args.engine_log):
-        with progress(total=len(settings) * len(tasks), desc=f"serving {system['name']}",
-                      unit="run") as bar:
-            for temp, conc in settings:
-                for task in tasks:
-                    seeds = [derive_seed(int(spec["seed"]), "serving", r.row_id, temp)
-                             for r in rows[task]]
-                    reqs, run = serve_run(engine, target=target["name"], system=system["name"],
-                                          task=task, rows=rows[task], temperature=temp,
-                                          concurrency=conc, seeds=seeds,
-                                          max_tokens=int(cfg["max_tokens"]))
-                    requests += reqs
-                    runs.append(run)
-                    tau = sum(q.verified_tokens for q in reqs) / max(
-                        1, sum(q.verify_steps for q in reqs))
-                    logger.info("%s T=%g C=%d %s: %d requests, %d tokens in %.2f s, tau %.3f",
-                                system["name"], temp, conc, task, len(reqs),
-                                run.completion_tokens, run.wall_s, tau)
-                    bar.update(1)
+    requests, runs, resumed = serve_runs(engine, spec, rows, args, logger)
     meta = {"stage": "serving", "target": target["name"], "system": system["name"],
             "kind": kind, "engine": cfg["engine"], "device": target["device"],
             "dtype": engine.dtype, "gamma": int(spec["gamma"]), "rows": str(args.rows),
             "max_tokens": int(cfg["max_tokens"]), "drafter_dir": engine.drafter_dir,
+            "resumed_runs": resumed,
             "draft_sampling": engine.draft_sampling if cfg["engine"] == "vllm" else "engine",
             "note": "CPU timings: speedups are not comparable to the paper's GPU numbers"
                     if not target["device"].startswith("cuda") else None}
     write_table(args.out_requests, pd.DataFrame([asdict(q) for q in requests]), meta)
     write_table(args.out_runs, pd.DataFrame([asdict(r) for r in runs]), meta)
     logger.info("wrote %d requests in %d runs", len(requests), len(runs))
+    journal_path(args).unlink(missing_ok=True)
+
+
+def journal_path(args: argparse.Namespace) -> Path:
+    return args.journal or args.out_requests.with_name("journal.jsonl")
+
+
+def serve_runs(engine: Any, spec: dict[str, Any], rows: dict[str, list[Any]],
+               args: argparse.Namespace, logger: logging.Logger
+               ) -> tuple[list[Any], list[Any], int]:
+    """(requests, runs, how many runs were read back): every run of the spec, journalled ones
+    read back and the others served and journalled, in the order temperature, concurrency,
+    task."""
+    from floorgap.probes.serving import ServedRequest, ServedRun, running_engine, serve_run
+    from floorgap.progress import progress
+    from floorgap.records import Journal, fingerprint, sha256_file
+    from floorgap.seeds import derive_seed
+
+    target, system, cfg = spec["target"], spec["system"], spec["serving"]
+    settings = [(float(temp), int(c), task) for temp in cfg["temperatures"]
+                for c in cfg["concurrency"] for task in rows]
+    journal = Journal(journal_path(args), fingerprint(
+        {"spec": spec, "rows": sha256_file(args.rows), "drafter": engine.drafter_dir}))
+    done = journal.load_entries()
+    todo = [s for s in settings if _run_key(*s) not in done]
+    resumed = len(settings) - len(todo)
+    if resumed:
+        logger.info("%d of %d runs journalled by an earlier job; serving the other %d",
+                    resumed, len(settings), len(todo))
+    if todo:
+        args.engine_log.parent.mkdir(parents=True, exist_ok=True)
+        with running_engine(engine, args.engine_log), \
+                progress(total=len(todo), desc=f"serving {system['name']}", unit="run") as bar:
+            for temp, conc, task in todo:
+                seeds = [derive_seed(int(spec["seed"]), "serving", r.row_id, temp)
+                         for r in rows[task]]
+                reqs, run = serve_run(engine, target=target["name"], system=system["name"],
+                                      task=task, rows=rows[task], temperature=temp,
+                                      concurrency=conc, seeds=seeds,
+                                      max_tokens=int(cfg["max_tokens"]))
+                entry = {"requests": [asdict(q) for q in reqs], "run": asdict(run)}
+                journal.append_entry(_run_key(temp, conc, task), entry)
+                done[_run_key(temp, conc, task)] = entry
+                tau = sum(q.verified_tokens for q in reqs) / max(
+                    1, sum(q.verify_steps for q in reqs))
+                logger.info("%s T=%g C=%d %s: %d requests, %d tokens in %.2f s, tau %.3f",
+                            system["name"], temp, conc, task, len(reqs), run.completion_tokens,
+                            run.wall_s, tau)
+                bar.update(1)
+    requests, runs = [], []
+    for key in (_run_key(*s) for s in settings):
+        requests += [ServedRequest(**q) for q in done[key]["requests"]]
+        runs.append(ServedRun(**done[key]["run"]))
+    return requests, runs, resumed
+
+
+def _run_key(temperature: float, concurrency: int, task: str) -> str:
+    return f"T={temperature:g}|C={concurrency}|{task}"
