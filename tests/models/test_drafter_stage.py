@@ -294,3 +294,41 @@ def test_a_training_corpus_replaces_the_domains_and_skips_evaluation_texts(smoke
     # an evaluation text of any domain is excluded from the corpus under the corpus's label
     _, excluded, n = training_domains(spec, {"gsm8k": {prompt_id("gsm8k", taken)}})
     assert excluded == {"training": {prompt_id("training", taken)}} and n == {"training": 2}
+
+
+def test_a_killed_drafter_data_job_resumes_to_the_same_record(smoke_domain_records, tmp_path,
+                                                             monkeypatch):
+    """Finished response batches are journalled: a job killed in its second batch, rerun,
+    generates only what is missing and writes the record an uninterrupted job writes."""
+    import floorgap.data.corpus as corpus_module
+
+    cfg, target, model_dir, corpus, _, _ = smoke_domain_records
+    spec = _data_spec(cfg, target, batch_size=1)
+
+    def run(out):
+        return run_stage(data_cli.main, data_cli.build_parser(),
+                         ["--spec", json.dumps(spec), "--model-dir", str(model_dir), "--corpus",
+                          str(corpus), "--out", str(out), "--threads", "1"])
+
+    assert run(tmp_path / "clean.pt") == 0
+    real, calls = corpus_module.generate_batch, []
+
+    def dies_in_the_second_batch(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed")
+        return real(*a, **k)
+
+    monkeypatch.setattr(corpus_module, "generate_batch", dies_in_the_second_batch)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "cut.pt")
+    journal = tmp_path / "cut.pt.journal.jsonl"
+    assert journal.exists() and not (tmp_path / "cut.pt").exists()
+    monkeypatch.setattr(corpus_module, "generate_batch", real)
+    assert run(tmp_path / "cut.pt") == 0
+    clean, resumed = load_drafter_data(tmp_path / "clean.pt"), load_drafter_data(tmp_path / "cut.pt")
+    for key, value in clean.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, resumed[key]), key
+    assert clean["seq_prompt_ids"] == resumed["seq_prompt_ids"]
+    assert resumed["metadata"]["resumed_batches"] == 1 and not journal.exists()

@@ -182,6 +182,7 @@ class _Record:
     features: list[torch.Tensor] = field(default_factory=list)
     gen_seconds: float = 0.0
     fwd_seconds: float = 0.0
+    resumed_batches: int = 0
 
     def add_sequence(self, prompt: list[int], response: list[int], prompt_id: str, domain: str,
                      ids: torch.Tensor, vals: torch.Tensor,
@@ -265,16 +266,26 @@ def _training_prompts(dom: Mapping[str, Any], n_prompts: int, st: _Settings,
 
 
 def _responses(model: Any, prompts: list[Any], formatted: Mapping[str, list[int]],
-               st: _Settings, record: _Record) -> list[Any]:
+               st: _Settings, record: _Record, journal: Any = None) -> list[Any]:
     """The target's response to each prompt under the training data's law (batched, shortest
     first), in the prompts' order (:class:`floorgap.data.corpus.Response`: tokens, and whether
-    ``max_new_tokens`` cut it)."""
-    from floorgap.data.corpus import generate_batch
+    ``max_new_tokens`` cut it). With a ``journal`` (:class:`floorgap.records.Journal`) each
+    finished batch is journalled and a journalled batch is read back, not generated: the
+    batches are the same in every run, so a resumed record equals an uninterrupted one."""
+    from floorgap.data.corpus import Response, generate_batch
 
     order = sorted(range(len(prompts)), key=lambda i: (len(formatted[prompts[i].prompt_id]), i))
     responses: list[Any] = [None] * len(prompts)
+    done = journal.load_entries() if journal is not None else {}
     with progress(total=len(prompts), desc="drafter data responses", unit="prompt") as bar:
         for idx in iter_batches(order, st.batch_size):
+            key = ",".join(prompts[i].prompt_id for i in idx)
+            if key in done:
+                for i, r in zip(idx, done[key]):
+                    responses[i] = Response(list(r["token_ids"]), bool(r["censored"]))
+                record.resumed_batches += 1
+                bar.update(len(idx))
+                continue
             timer = Timer()
             # only the contexts are drawn in mixed precision: the stored targets come from a
             # forward in the target's own dtype (the evaluation law's distributions)
@@ -286,6 +297,9 @@ def _responses(model: Any, prompts: list[Any], formatted: Mapping[str, list[int]
             record.gen_seconds += timer.seconds
             for i, r in zip(idx, out):
                 responses[i] = r
+            if journal is not None:
+                journal.append_entry(key, [{"token_ids": r.token_ids, "censored": r.censored}
+                                           for r in out])
             bar.update(len(idx))
     return responses
 
@@ -329,18 +343,21 @@ def _metadata(spec: Mapping[str, Any], st: _Settings, excluded: Mapping[str, set
         "features": ({"taps": list(st.features.taps), "dtype": st.features.dtype}
                      if st.features else None),
         "seconds": {"generate": record.gen_seconds, "targets": record.fwd_seconds},
+        "resumed_batches": record.resumed_batches,
     }
 
 
 def build_drafter_data(spec: Mapping[str, Any], model: Any, tokenizer: Any,
                         excluded: Mapping[str, set[str]],
-                        model_info: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                        model_info: Mapping[str, Any] | None = None,
+                        journal: Any = None) -> dict[str, Any]:
     """The training record (module docstring) for the domains of ``spec``.
 
     ``spec`` holds ``target`` (config entry with ``name``), ``domains`` (list of domain entries
     with ``name``), ``training_data``, ``evaluation_law``, ``corpus`` (``max_prompt_tokens``,
     ``batch_size``),
-    ``gamma`` and ``seed``. ``excluded`` maps each domain to its evaluation prompt ids.
+    ``gamma`` and ``seed``. ``excluded`` maps each domain to its evaluation prompt ids;
+    ``journal`` keeps the finished response batches of a job that may be cut (``_responses``).
     """
     st = _Settings.from_spec(spec, model, tokenizer)
     record = _Record()
@@ -353,7 +370,7 @@ def build_drafter_data(spec: Mapping[str, Any], model: Any, tokenizer: Any,
     # one generation over every domain's prompts, so batches fill across domains (a response's
     # draws are keyed by its prompt id: the batching changes it only through float noise)
     everything = [p for _, prompts, _ in chosen for p in prompts]
-    generated = _responses(model, everything, formatted, st, record)
+    generated = _responses(model, everything, formatted, st, record, journal)
     first = 0
     for name, prompts, sel in chosen:
         mine, first = generated[first:first + len(prompts)], first + len(prompts)

@@ -4,7 +4,10 @@ Drafter training data of one target (see floorgap.data.drafter_data): training p
 domain, disjoint from the evaluation corpora given with ``--corpus`` (one file per domain of the
 spec; the domain is read from each file's metadata), the target's responses under the training
 law, and the top-K target distribution at every slot of the cut blocks. Writes ``OUT``
-(``torch.save``, atomically). The spec holds ``target``, ``domains``, ``training_data``,
+(``torch.save``, atomically). Resumable: each finished batch of responses (the long part at
+paper scale) is journalled in ``--journal`` (default ``OUT`` + ``.journal.jsonl``; not a rule
+output, so a killed or timed-out job keeps it), a rerun generates only the rest with the same
+batches and so writes the same record; the journal is removed once the record is written. The spec holds ``target``, ``domains``, ``training_data``,
 ``corpus``, ``gamma`` and ``seed``.
 """
 
@@ -25,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--corpus", required=True, type=Path, nargs="+",
                         help="evaluation corpus of every domain (its prompts are excluded)")
     parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--journal", type=Path, default=None,
+                        help="journal of finished response batches (default: beside --out)")
     return parser
 
 
@@ -33,7 +38,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
 
     from floorgap.data.drafter_data import build_drafter_data
     from floorgap.models.targets import load_target, read_model_info
-    from floorgap.records import atomic_path, read_metadata, read_table, sha256_file
+    from floorgap.records import (Journal, atomic_path, fingerprint, read_metadata, read_table,
+                                  sha256_file)
 
     spec = args.spec
     excluded: dict[str, set[str]] = {}
@@ -51,10 +57,18 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
         raise StageError(f"no evaluation corpus for domains {missing}")
     target = spec["target"]
     model, tokenizer = load_target(args.model_dir, target["dtype"], target["device"])
-    data = build_drafter_data(spec, model, tokenizer, excluded, read_model_info(args.model_dir))
+    info = read_model_info(args.model_dir)
+    journal_file = args.journal or args.out.with_name(args.out.name + ".journal.jsonl")
+    journal = Journal(journal_file, fingerprint({"spec": spec, "corpora": sources,
+                                                "model": info.get("source")}))
+    data = build_drafter_data(spec, model, tokenizer, excluded, info, journal)
     data["metadata"]["evaluation_corpora"] = sources
     with atomic_path(args.out) as tmp:
         torch.save(data, tmp)
+    journal_file.unlink(missing_ok=True)
+    if data["metadata"]["resumed_batches"]:
+        logger.info("%d response batches read back from the journal of an earlier job",
+                    data["metadata"]["resumed_batches"])
     meta = data["metadata"]
     logger.info("wrote %s: %d sequences, %d blocks of %d slots, top-%d targets; generation "
                 "%.1f s, target forwards %.1f s", args.out, len(data["seq_prompt_ids"]),
