@@ -170,7 +170,10 @@ def test_export_reads_back_bitwise(smoke_target, model, finals, tmp_path, varian
                             "architectures": [target.architectures[0]]}
         layer = config["transformer_layer_config"]
     else:
-        assert config["dflash_config"]["num_target_layers"] == target.num_hidden_layers
+        # Qwen3DSparkModel (dspark) keeps the target's depth at the top, as DeepSpec writes it
+        depth = (config["num_target_layers"] if fmt == "dspark"
+                 else config["dflash_config"]["num_target_layers"])
+        assert depth == target.num_hidden_layers
         layer = config
     assert layer["max_position_embeddings"] == target.max_position_embeddings
     assert layer["torch_dtype"] == "float32"
