@@ -4,13 +4,13 @@ on a CPU config nothing asks for a GPU."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from conftest import REPO, SMOKE_CONFIG, snakemake
+from floorgap.cli import dry_run_jobs
 
 # The stages that load the target (or its engine) on the target's device.
 MODEL_RULES = {"corpus", "rollouts", "mi", "floor_variants", "drafter_data", "drafters",
@@ -23,14 +23,7 @@ def planned_jobs(config: Path, work: Path) -> list[tuple[str, dict[str, str]]]:
     """(rule, resources) of every job of a dry run."""
     res = snakemake("-n", "--cores", "all", "--configfile", str(config), cwd=work)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    jobs = []
-    for block in re.split(r"\n(?=rule |localrule )", res.stdout):
-        head = re.match(r"(?:local)?rule (\w+):", block)
-        found = re.search(r"^\s+resources: (.*)$", block, re.M)
-        if head and found:
-            jobs.append((head.group(1), dict(kv.split("=", 1)
-                                             for kv in found.group(1).split(", "))))
-    return jobs
+    return [(rule, res) for rule, _, res in dry_run_jobs(res.stdout)]
 
 
 def _is_model_rule(rule: str) -> bool:

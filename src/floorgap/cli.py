@@ -101,20 +101,31 @@ def inspect(argv: Sequence[str]) -> int:
 # ------------------------------------------------------------------------ floorgap plan
 
 
-def declared_resources(dry_run_output: str) -> dict[str, dict[str, dict[str, str]]]:
-    """target -> rule -> resources of its jobs, from the job listing of a Snakemake dry run
-    (the largest value per resource over a rule's jobs)."""
+def dry_run_jobs(dry_run_output: str) -> list[tuple[str, dict[str, str], dict[str, str]]]:
+    """(rule, wildcards, resources) of every job in the listing of a Snakemake dry run."""
     import re
 
-    out: dict[str, dict[str, dict[str, str]]] = {}
+    jobs = []
     for block in re.split(r"\n(?=(?:local)?rule )", dry_run_output):
         head = re.match(r"(?:local)?rule (\w+):", block)
         found = re.search(r"^\s+resources: (.*)$", block, re.M)
-        target = re.search(r"^\s+wildcards: .*?\btarget=([^,\s]+)", block, re.M)
-        if not (head and found and target):
+        if not (head and found):
             continue
-        res = dict(kv.split("=", 1) for kv in found.group(1).split(", "))
-        rule = out.setdefault(target.group(1), {}).setdefault(head.group(1), {})
+        wild = re.search(r"^\s+wildcards: (.*)$", block, re.M)
+        jobs.append((head.group(1),
+                     dict(kv.split("=", 1) for kv in wild.group(1).split(", ")) if wild else {},
+                     dict(kv.split("=", 1) for kv in found.group(1).split(", "))))
+    return jobs
+
+
+def declared_resources(dry_run_output: str) -> dict[str, dict[str, dict[str, str]]]:
+    """target -> rule -> resources of its jobs, from the job listing of a Snakemake dry run
+    (the largest value per resource over a rule's jobs)."""
+    out: dict[str, dict[str, dict[str, str]]] = {}
+    for name, wildcards, res in dry_run_jobs(dry_run_output):
+        if "target" not in wildcards:
+            continue
+        rule = out.setdefault(wildcards["target"], {}).setdefault(name, {})
         for key, value in res.items():
             if value.isdigit() and rule.get(key, "0").isdigit():
                 value = str(max(int(value), int(rule.get(key, "0"))))
@@ -130,7 +141,7 @@ def plan(argv: Sequence[str]) -> int:
 
     from floorgap.config import resolve
     from floorgap.resources import GIB, largest_forward_batch, plan as plan_jobs
-    from floorgap.resources import read_model_config, weight_bytes
+    from floorgap.resources import read_model_config
 
     parser = argparse.ArgumentParser(
         prog="floorgap plan",
@@ -184,9 +195,8 @@ def plan(argv: Sequence[str]) -> int:
                   f"{job.parts[biggest] / GIB:.1f} {job.note}")
             found = job.problems(gpu_gb)
             if found and job.rule == "rollouts" and job.gpus:
-                weights = weight_bytes(config_json.parent, shape, settings["targets"][target]
-                                       ["dtype"])
-                fb = largest_forward_batch(settings, target, shape, weights, gpu_gb)
+                fb = largest_forward_batch(settings, target, shape, job.parts["weights"],
+                                           gpu_gb)
                 found[0] += f"; rollouts.forward_batch {fb} would fit (set it for {target})"
             problems += found
     for line in problems:

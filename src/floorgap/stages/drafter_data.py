@@ -4,11 +4,13 @@ Drafter training data of one target (see floorgap.data.drafter_data): training p
 domain, disjoint from the evaluation corpora given with ``--corpus`` (one file per domain of the
 spec; the domain is read from each file's metadata), the target's responses under the training
 law, and the top-K target distribution at every slot of the cut blocks. Writes ``OUT``
-(``torch.save``, atomically). Resumable: each finished batch of responses (the long part at
-paper scale) is journalled in ``--journal`` (default ``OUT`` + ``.journal.jsonl``; not a rule
-output, so a killed or timed-out job keeps it), a rerun generates only the rest with the same
-batches and so writes the same record; the journal is removed once the record is written. The spec holds ``target``, ``domains``, ``training_data``,
+(``torch.save``, atomically). The spec holds ``target``, ``domains``, ``training_data``,
 ``corpus``, ``gamma`` and ``seed``.
+
+Resumable: each finished batch of responses (the long part at paper scale) is journalled in
+``--journal`` (default ``OUT`` + ``.journal.jsonl``; not a rule output, so a killed or timed-out
+job keeps it); a rerun generates only the rest with the same batches and so writes the same
+record. The journal is removed once the record is written.
 """
 
 from __future__ import annotations
@@ -66,10 +68,10 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     with atomic_path(args.out) as tmp:
         torch.save(data, tmp)
     journal_file.unlink(missing_ok=True)
-    if data["metadata"]["resumed_batches"]:
-        logger.info("%d response batches read back from the journal of an earlier job",
-                    data["metadata"]["resumed_batches"])
     meta = data["metadata"]
+    if meta["resumed_batches"]:
+        logger.info("%d response batches read back from the journal of an earlier job",
+                    meta["resumed_batches"])
     logger.info("wrote %s: %d sequences, %d blocks of %d slots, top-%d targets; generation "
                 "%.1f s, target forwards %.1f s", args.out, len(data["seq_prompt_ids"]),
                 sum(c["blocks"] for c in meta["counts"].values()), meta["gamma"], data["target_ids"].shape[-1],
