@@ -23,7 +23,7 @@ LAYERS: dict[str, int] = {
     "sampling": 2, "data": 2, "models": 2, "probes": 2, "engine_plugins": 2,
     "analysis": 3,
     "reports": 4,
-    "stages": 5,
+    "stages": 5, "rehearsal": 5,
     "cli": 6, "__main__": 6,
 }
 MAX_FUNCTION_LINES = 80

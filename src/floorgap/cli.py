@@ -17,6 +17,7 @@ table, and prints the table.
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from floorgap import __version__
+from floorgap.errors import StageError
 from floorgap.stages import STAGES
 from floorgap.stages._cli import EXIT_STAGE_ERROR, run_stage
 
@@ -33,7 +35,9 @@ COMMANDS = {"decompose": "FOLDER: floor and model gap of your own drafter checkp
             "inspect": "FOLDER: what the import makes of a checkpoint folder's config.json "
                        "(JSON), or the field it refuses",
             "plan": "--configfile X: each GPU job's memory estimated against what it asks "
-                    "for, before submission"}
+                    "for, before submission",
+            "rehearsal": "--configfile X --out DIR: X's whole DAG on CPU stand-ins (config and "
+                         "stand-in checkpoints in DIR), for the same SLURM profile"}
 
 
 def usage() -> str:
@@ -64,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return inspect(args[1:])
     if name == "plan":
         return plan(args[1:])
+    if name == "rehearsal":
+        return rehearsal(args[1:])
     if name not in STAGES:
         print(f"floorgap: unknown stage {name!r}; stages: {', '.join(STAGES)}; commands: "
               f"{', '.join(COMMANDS)}", file=sys.stderr)
@@ -202,6 +208,61 @@ def plan(argv: Sequence[str]) -> int:
     for line in problems:
         print(f"does not fit: {line}")
     return 1 if problems else 0
+
+
+# ------------------------------------------------------------------------ floorgap rehearsal
+
+
+def rehearsal(argv: Sequence[str]) -> int:
+    """``floorgap rehearsal --configfile X --out DIR``: the rehearsal of paper config X
+    (:mod:`floorgap.rehearsal`) in ``DIR/config.yaml``, its stand-in checkpoints beside it,
+    validated and resolved like any config; prints the command that runs it."""
+    import yaml
+    from snakemake.utils import validate
+
+    from floorgap import rehearsal as reh_mod
+    from floorgap.config import ConfigError, resolve
+
+    root = repository_root()
+    parser = argparse.ArgumentParser(
+        prog="floorgap rehearsal",
+        description="Derive the CPU rehearsal of a paper config: sizes from the overlay, random "
+                    "Qwen3 targets with the real tokenizer, released checkpoints in their own "
+                    "layouts, shipped prompts, vLLM's CPU build. Every job asks SLURM for what "
+                    "the paper run asks.")
+    parser.add_argument("--configfile", type=Path, required=True, help="the paper config")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="folder of the rehearsal (config, stand-ins; run the DAG in it)")
+    parser.add_argument("--overlay", type=Path,
+                        default=root / "workflow" / "configs" / "rehearsal.yaml")
+    parser.add_argument("--serving-python", default=str(root / ".venv-serving" / "bin" / "python"),
+                        help="the vLLM CPU environment's interpreter")
+    args = parser.parse_args(list(argv))
+    schema = str(root / "workflow" / "schemas" / "config.schema.yaml")
+    paper = yaml.safe_load(args.configfile.read_text()) or {}
+    out = args.out.resolve()
+    try:
+        validate(copy.deepcopy(paper), schema=schema)
+        reh = reh_mod.rehearsal_config(paper, yaml.safe_load(args.overlay.read_text()), out,
+                                       serving_python=args.serving_python)
+        checked = copy.deepcopy(reh.config)
+        validate(checked, schema=schema)
+        spec = resolve(checked)
+        for target in spec.targets:
+            validate(spec.settings(target), schema=schema)
+        reh_mod.fetch_qwen3_tokenizer(out / "tokenizers" / "qwen3")
+        reh_mod.build_standins(reh)
+    except (ConfigError, StageError) as exc:
+        print(f"floorgap rehearsal: {exc}", file=sys.stderr)
+        return 2
+    path = reh_mod.write_rehearsal(reh, out, args.configfile)
+    print(f"rehearsal of {args.configfile}: {path}")
+    print("not checked by the rehearsal:")
+    for line in reh.untested:
+        print(f"  - {line}")
+    print("run it:\n  snakemake --profile workflow/profiles/slurm --snakefile "
+          f"{root / 'Snakefile'} --directory {out} --configfile {path}")
+    return 0
 
 
 # ------------------------------------------------------------------------ floorgap decompose

@@ -56,7 +56,7 @@ TARGET_SCOPES = ("full", "cross_target")
 ROLES_JOB = "roles"
 #: Keys of a target entry that configure the workflow rather than the model (left out of the
 #: target spec every stage receives, so changing them reruns only what they change).
-TARGET_WORKFLOW_KEYS = ("scope", "settings")
+TARGET_WORKFLOW_KEYS = ("scope", "settings", "placement")
 
 
 def merge_settings(base: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -264,8 +264,10 @@ class WorkflowSpec:
         return range(self.config["rollouts"]["shards"])
 
     def gpus(self, target: str) -> int:
-        """GPUs a model-running job of this target requests (0 on CPU targets)."""
-        return 1 if self.config["targets"][target]["device"].startswith("cuda") else 0
+        """GPUs a model-running job of this target requests (0 on CPU targets): placed by
+        ``placement`` where a rehearsal runs a cuda target's jobs on CPU stand-ins."""
+        entry = self.config["targets"][target]
+        return 1 if entry.get("placement", entry["device"]).startswith("cuda") else 0
 
     def partition(self, target: str) -> str:
         """The SLURM partition of a model-running job of this target (section ``cluster``)."""

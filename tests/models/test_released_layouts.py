@@ -1,4 +1,4 @@
-"""The released drafters' own layouts (fixtures in tests/models/released_layouts.py, written
+"""The released drafters' own layouts (stand-ins from floorgap.models.released_layouts, written
 from DeepSpec's, z-lab's and speculators' sources): `floorgap inspect` reads each, the import
 loads each strictly with the row convention its project uses, and what it cannot run is
 refused by field name."""
@@ -14,11 +14,11 @@ import torch
 
 from floorgap.models.drafters import target_features
 from floorgap.models.engine_formats import describe_folder, import_drafter, read_weights
+from floorgap.models.released_layouts import (deepspec_folder, gemma4_dspark_config,
+                                              speculators_folder, zlab_dflash_folder)
 
 transformers = pytest.importorskip("transformers")
 from _tiny import tiny_llama  # noqa: E402
-from released_layouts import (deepspec_folder, gemma4_dspark_config,  # noqa: E402
-                              speculators_folder, zlab_dflash_folder)
 
 V, H = 96, 64
 TAPS = [0, 1]

@@ -335,7 +335,7 @@ def _logits(model: Any, ids: list[list[int]]) -> torch.Tensor:
         return model(torch.tensor(ids)).logits.float()
 
 
-def _source_model(source: dict[str, Any], dtype: torch.dtype) -> tuple[Any, Any, dict[str, Any]]:
+def source_model(source: dict[str, Any], dtype: torch.dtype) -> tuple[Any, Any, dict[str, Any]]:
     """Model, tokenizer and provenance of a config ``source`` (GGUF package, random or hub)."""
     kind = source.get("kind")
     if kind == "gguf_package":
@@ -416,7 +416,7 @@ def materialise(spec: dict[str, Any], out_dir: str | os.PathLike[str]) -> dict[s
     kind = spec["source"].get("kind")
     dtype = torch_dtype(spec.get("dtype", "float32"))
     t0 = time.perf_counter()
-    model, tok, prov = _source_model(spec["source"], dtype)
+    model, tok, prov = source_model(spec["source"], dtype)
     reference = prov.pop("_reference", model)
 
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,9 @@ the key sets of those projects' own sources (never from floorgap's exporter):
 * DeepSpec ``Gemma4DSparkModel`` (``deepspec/modeling/dspark/gemma4/config.py``), whose layers
   are gemma4_text layers.
 
-Sizes follow the tiny target of the tests: hidden H, vocabulary V, two draft layers.
+Sizes follow the tiny target they are written for: its hidden width and vocabulary, two draft
+layers. The tests read them, and ``floorgap rehearsal`` puts them where a paper config names a
+released checkpoint.
 """
 
 from __future__ import annotations
