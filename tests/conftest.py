@@ -17,6 +17,11 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE_CONFIG = REPO / "workflow" / "configs" / "smoke.yaml"
+#: Not a config: the sizes `floorgap rehearsal` applies to a paper config.
+REHEARSAL_OVERLAY = REPO / "workflow" / "configs" / "rehearsal.yaml"
+#: Every shipped config (the overlay is not one).
+SHIPPED_CONFIGS = sorted(p for p in (REPO / "workflow" / "configs").glob("*.yaml")
+                         if p != REHEARSAL_OVERLAY)
 DEFAULT_CONFIG = REPO / "config.yaml"
 SERVING_PYTHON = REPO / ".venv-serving" / "bin" / "python"
 

@@ -9,14 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, SMOKE_CONFIG, snakemake
+from conftest import SHIPPED_CONFIGS, SMOKE_CONFIG, snakemake
 from floorgap.cli import dry_run_jobs
 
 # The stages that load the target (or its engine) on the target's device.
 MODEL_RULES = {"corpus", "rollouts", "mi", "floor_variants", "drafter_data", "drafters",
                "export", "serving", "serving_replay", "api_floors"}
-PAPER_CONFIGS = sorted(p for p in (REPO / "workflow" / "configs").glob("*.yaml")
-                       if p != SMOKE_CONFIG)
+PAPER_CONFIGS = [p for p in SHIPPED_CONFIGS if p != SMOKE_CONFIG]
 
 
 def planned_jobs(config: Path, work: Path) -> list[tuple[str, dict[str, str]]]:

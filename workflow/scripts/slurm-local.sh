@@ -13,8 +13,9 @@
 # state directory; the PID of every daemon started here is recorded there, and `stop` ends
 # exactly those processes, in reverse order.
 #
-# The node is described with the machine's real CPU count and memory, plus one fake GPU
-# (Gres=gpu:1 backed by /dev/null) so that jobs asking for `--gpus=1` can be scheduled.
+# The node is described with the machine's real CPU count and memory, plus fake GPUs
+# (Gres=gpu:N, each backed by an empty file in the state directory) so that jobs asking for
+# `--gpus=k` (k <= N) can be scheduled.
 # Partitions: `cpu` (default) and `gpu`, both holding the one node.
 #
 # SLURM's clients (sbatch, sinfo, sacct, ...) read /etc/slurm/slurm.conf, so `start` writes
@@ -26,6 +27,8 @@
 #   FLOORGAP_SLURM_CLUSTER  cluster name (default floorgap)
 #   FLOORGAP_SLURM_ACCOUNT  account that the current user is added to (default floorgap)
 #   FLOORGAP_SLURM_TIMEOUT  seconds to wait for each daemon (default 60)
+#   FLOORGAP_SLURM_GPUS     fake GPUs of the node (default 2: a data-parallel drafter job of
+#                           the rehearsal asks for two)
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -35,6 +38,7 @@ DB_PORT=${FLOORGAP_SLURM_DB_PORT:-3307}
 CLUSTER=${FLOORGAP_SLURM_CLUSTER:-floorgap}
 ACCOUNT=${FLOORGAP_SLURM_ACCOUNT:-floorgap}
 WAIT=${FLOORGAP_SLURM_TIMEOUT:-60}
+GPUS=${FLOORGAP_SLURM_GPUS:-2}
 NODE=localhost
 ETC=/etc/slurm
 MARKER="# written by floorgap workflow/scripts/slurm-local.sh"
@@ -228,16 +232,17 @@ SlurmctldLogFile=$STATE/log/slurmctld.log
 SlurmdLogFile=$STATE/log/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
-$node_line Gres=gpu:1 State=UNKNOWN
+$node_line Gres=gpu:$GPUS State=UNKNOWN
 PartitionName=cpu Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes=$NODE Default=NO MaxTime=INFINITE State=UP
 EOF
 
     cat >"$STATE/conf/gres.conf" <<EOF
 $MARKER
-# A fake GPU: without a File the node is marked INVAL.
-NodeName=$NODE Name=gpu File=/dev/null
+# Fake GPUs: without a File the node is marked INVAL.
+NodeName=$NODE Name=gpu File=$STATE/fake-gpu[0-$((GPUS - 1))]
 EOF
+    for ((i = 0; i < GPUS; i++)); do : >"$STATE/fake-gpu$i"; done
 
     cat >"$STATE/conf/slurmdbd.conf" <<EOF
 $MARKER
@@ -260,7 +265,7 @@ EOF
     install -m 0644 "$STATE/conf/gres.conf" "$ETC/gres.conf"
     install -m 0600 "$STATE/conf/slurmdbd.conf" "$ETC/slurmdbd.conf"
     chmod 0600 "$STATE/conf/slurmdbd.conf"
-    log "node: $node_line Gres=gpu:1"
+    log "node: $node_line Gres=gpu:$GPUS"
 }
 
 db_password() {

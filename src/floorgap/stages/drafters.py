@@ -26,8 +26,8 @@ blocks. A record written with ``training_data.store_features`` holds them at the
 epoch. Either way they are held in memory in the training precision (``sum of sequence lengths
 * n_taps * hidden`` values). A run that has nothing left to train skips this.
 
-Data parallel. With ``train.processes > 1`` the command re-executes itself under ``torchrun
---nproc_per_node=processes``; every rank loads the target and computes the features, ranks
+Data parallel. With ``train.processes > 1`` the command re-executes itself on ``processes`` local
+ranks (torch's elastic launcher, as torchrun --standalone); every rank loads the target and computes the features, ranks
 split each global batch (see floorgap.models.training), rank 0 writes checkpoints and ``FINAL``.
 
 The spec holds ``target`` (config entry with ``name``), ``variant`` (variant entry with
@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import subprocess
 import sys
 from pathlib import Path
 
@@ -75,10 +74,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _torchrun(processes: int, argv: list[str]) -> int:
-    """Re-execute this stage (arguments ``argv``) under torchrun with ``processes`` ranks."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={processes}", "-m", "floorgap", "drafters", *argv]
-    return subprocess.run(cmd, check=False).returncode
+    """Re-execute this stage (arguments ``argv``) on ``processes`` local ranks through torch's
+    elastic launcher, torchrun's engine. Not the torchrun command: its parser takes the stage's
+    ``--log`` for an abbreviation of its own options and stops."""
+    import uuid
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=processes,
+                          rdzv_backend="c10d", rdzv_endpoint="localhost:0",
+                          run_id=str(uuid.uuid4()), max_restarts=0)
+    try:
+        elastic_launch(config, sys.executable)("-m", "floorgap", "drafters", *argv)
+    except ChildFailedError as exc:
+        return next(iter(exc.failures.values())).exitcode or 1
+    return 0
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
