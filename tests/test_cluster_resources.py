@@ -51,3 +51,17 @@ def test_a_cpu_config_asks_for_no_gpu(tmp_path: Path) -> None:
     jobs = planned_jobs(SMOKE_CONFIG, tmp_path)
     assert jobs and all(int(res.get("gpu", 0)) == 0 for _, res in jobs)
     assert {res["slurm_partition"] for rule, res in jobs if _is_model_rule(rule)} == {"cpu"}
+
+
+def test_a_named_gpu_model_reaches_every_gpu_job_and_no_cpu_job(tmp_path: Path) -> None:
+    cfg = yaml.safe_load(PAPER_CONFIGS[0].read_text())
+    cfg["cluster"] = {"gpu_model": "h100"}
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    jobs = planned_jobs(config, tmp_path)
+    for rule, res in jobs:
+        if int(res.get("gpu", 0)):
+            assert res.get("gpu_model") == "h100", (rule, res)
+        else:
+            assert not res.get("gpu_model"), (rule, res)
+    assert any(int(res.get("gpu", 0)) for _, res in jobs)

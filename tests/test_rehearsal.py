@@ -88,7 +88,7 @@ def test_every_rehearsal_job_asks_slurm_what_the_paper_job_asks(tmp_path: Path) 
     reh = _derive(PAPER, tmp_path / "reh")
     config = tmp_path / "reh" / "config.yaml"
     config.parent.mkdir(parents=True)
-    config.write_text(yaml.safe_dump(reh.config))
+    config.write_text(yaml.safe_dump(reh.config, sort_keys=False))
     (tmp_path / "paper").mkdir()
     paper = _requests(PAPER, tmp_path / "paper")
     rehearsal = _requests(config, tmp_path / "reh")

@@ -11,7 +11,8 @@ import pytest
 import torch
 import yaml
 
-from floorgap.resources import GIB, ModelShape, largest_forward_batch, plan, probe_jobs
+from floorgap.resources import (GIB, ModelShape, host_mem_mb, largest_forward_batch, plan,
+                                probe_jobs, read_model_config)
 
 from conftest import REPO, SMOKE_CONFIG
 
@@ -67,8 +68,22 @@ def test_floorgap_plan_on_the_smoke_config(smoke_target, tmp_path):
     # a host-memory request too small for a CPU job is named
     small = yaml.safe_load(SMOKE_CONFIG.read_text())
     small["rollouts"]["paths"] = 4096
-    path = tmp_path / "big.yaml"
-    path.write_text(yaml.safe_dump(small, sort_keys=False))
-    res = subprocess.run([*cmd[:5], str(path), *cmd[6:]], cwd=REPO, capture_output=True,
-                         text=True)
-    assert res.returncode == 1 and "does not fit: rollouts" in res.stdout, res.stdout[-2000:]
+    shape = read_model_config(Path(model_dir) / "config.json")
+    (job,) = plan(small, target, shape, Path(model_dir), {"rollouts": {"mem_mb": "2000"}})
+    assert job.problems(80) and "host memory" in job.problems(80)[0], job.problems(80)
+
+
+def test_probe_jobs_ask_for_the_host_memory_their_model_needs(smoke_target, tmp_path):
+    """mem_mb of a probe rule is sized from the materialised model (a rule's ceiling before it
+    exists), so what it asks covers the plan's host estimate with a margin."""
+    _, _, model_dir, _ = smoke_target
+    cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
+    target = next(iter(cfg["targets"]))
+    assert host_mem_mb(cfg, target, "rollouts", tmp_path / "absent", 12000) == 12000
+    shape = read_model_config(Path(model_dir) / "config.json")
+    for paths in (8, 4096):
+        cfg["rollouts"]["paths"] = paths
+        asked = host_mem_mb(cfg, target, "rollouts", model_dir, 12000)
+        (job,) = plan(cfg, target, shape, Path(model_dir), {"rollouts": {"mem_mb": str(asked)}})
+        assert asked % 500 == 0 and not job.problems(80), (asked, job.problems(80))
+        assert asked * 2 ** 20 < 2 * job.host_bytes

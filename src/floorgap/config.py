@@ -274,6 +274,18 @@ class WorkflowSpec:
         cluster = self.config["cluster"]
         return cluster["gpu_partition"] if self.gpus(target) else cluster["cpu_partition"]
 
+    def host_mem_mb(self, target: str, rule: str, model_dir: str, ceiling_mb: int) -> int:
+        """``mem_mb`` of a probe job, sized from the target's parameters once the model is
+        materialised (:func:`floorgap.resources.host_mem_mb`); ``ceiling_mb`` before."""
+        from floorgap.resources import host_mem_mb
+
+        return host_mem_mb(self.settings(target), target, rule, model_dir, ceiling_mb)
+
+    def gpu_model(self, target: str) -> str:
+        """The GPU type a model-running job of this target asks for (``cluster.gpu_model``,
+        sbatch ``--gpus=<model>:<n>``); empty on CPU targets or when the cluster names none."""
+        return str(self.config["cluster"].get("gpu_model", "")) if self.gpus(target) else ""
+
     def drafter_gpus(self, target: str) -> int:
         return self.gpus(target) * int(self.settings(target)["drafters"]["train"]
                                        .get("processes", 1))

@@ -172,6 +172,25 @@ def plan(settings: Mapping[str, Any], target: str, shape: ModelShape,
     return out
 
 
+#: Headroom over the host estimate when a job's mem_mb is sized from it (allocator, libraries).
+HOST_MARGIN = 1.25
+
+
+def host_mem_mb(settings: Mapping[str, Any], target: str, rule: str, model_dir: str | Path,
+                ceiling_mb: int) -> int:
+    """``mem_mb`` of a probe job of ``target``, sized from the materialised model in
+    ``model_dir`` (its plan's host memory with :data:`HOST_MARGIN`, in steps of 500 MB); before
+    the model exists (a dry run) the rule's own ``ceiling_mb``."""
+    config = Path(model_dir) / "config.json"
+    if not config.is_file():
+        return int(ceiling_mb)
+    found = plan(settings, target, read_model_config(config), Path(model_dir), {rule: {}})
+    if not found:
+        return int(ceiling_mb)
+    mb = found[0].host_bytes * HOST_MARGIN / 2 ** 20
+    return int(-(-mb // 500) * 500)
+
+
 def largest_forward_batch(settings: Mapping[str, Any], target: str, shape: ModelShape,
                           weights: int, gpu_memory_gb: float) -> int:
     """The largest rollouts.forward_batch whose rollouts job fits ``gpu_memory_gb`` (0: none)."""

@@ -196,6 +196,14 @@ def test_block_batches_cover_every_block_once_per_sequence(smoke_domain_records,
             assert torch.equal(batch[key][row], one[key][0]), key
     small = BlockExamples(data, model, cfg["drafters"]["taps"], gamma, seed=5, max_blocks=1)
     assert len(small.sequences) == 1 and set(small.sequences) <= set(ds.sequences)
+    # streamed features (train.features: stream): nothing held, every batch the same
+    streamed = BlockExamples(data, model, cfg["drafters"]["taps"], gamma, seed=5, stream=True)
+    assert streamed.prepare() == 0.0 and streamed.features is None
+    for b in batches:
+        got, want = streamed.gather(b), ds.gather(b)
+        assert streamed.features is None
+        for key, value in want.items():
+            assert torch.equal(got[key], value), key
 
 
 def test_stored_features_are_the_computed_ones(smoke_domain_records, train_data, tmp_path):

@@ -31,6 +31,7 @@ rule api_floors:
         runtime=120,
         gpu=lambda w: W.gpus(w.target),
         slurm_partition=lambda w: W.partition(w.target),
+        gpu_model=lambda w: W.gpu_model(w.target),
     conda:
         CONDA_ENV
     shell:

@@ -10,10 +10,12 @@ rule corpus:
         f"{LOGS}/corpus/{{target}}/{{domain}}.log",
     threads: 1
     resources:
-        mem_mb=8000,
+        # sized from the model once it exists (floorgap.resources); 8000 in a dry run
+        mem_mb=lambda w, input: W.host_mem_mb(w.target, "corpus", input.model, 8000),
         runtime=60,
         gpu=lambda w: W.gpus(w.target),
         slurm_partition=lambda w: W.partition(w.target),
+        gpu_model=lambda w: W.gpu_model(w.target),
     conda:
         CONDA_ENV
     shell:

@@ -43,6 +43,7 @@ for _job, _evals in W.eval_jobs.items():
             runtime=120,
             gpu=lambda w: W.gpus(w.target),
             slurm_partition=lambda w: W.partition(w.target),
+            gpu_model=lambda w: W.gpu_model(w.target),
         conda:
             CONDA_ENV
         shell:

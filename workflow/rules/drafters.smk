@@ -44,6 +44,7 @@ rule drafters:
         gpu=lambda w: (W.gpus(w.target) if W.is_imported(w.variant, w.target)
                        else W.drafter_gpus(w.target)),
         slurm_partition=lambda w: W.partition(w.target),
+        gpu_model=lambda w: W.gpu_model(w.target),
     conda:
         CONDA_ENV
     shell:

@@ -26,6 +26,7 @@ rule export:
         runtime=60,
         gpu=lambda w: W.gpus(w.target),
         slurm_partition=lambda w: W.partition(w.target),
+        gpu_model=lambda w: W.gpu_model(w.target),
     conda:
         CONDA_ENV
     shell:

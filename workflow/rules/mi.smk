@@ -13,10 +13,12 @@ rule mi:
         f"{LOGS}/mi/{{target}}/{{domain}}.log",
     threads: 1
     resources:
-        mem_mb=12000,
+        # sized from the model once it exists (floorgap.resources); 12000 in a dry run
+        mem_mb=lambda w, input: W.host_mem_mb(w.target, "mi", input.model, 12000),
         runtime=240,
         gpu=lambda w: W.gpus(w.target),
         slurm_partition=lambda w: W.partition(w.target),
+        gpu_model=lambda w: W.gpu_model(w.target),
     conda:
         CONDA_ENV
     shell:

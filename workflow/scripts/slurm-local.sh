@@ -29,6 +29,8 @@
 #   FLOORGAP_SLURM_TIMEOUT  seconds to wait for each daemon (default 60)
 #   FLOORGAP_SLURM_GPUS     fake GPUs of the node (default 2: a data-parallel drafter job of
 #                           the rehearsal asks for two)
+#   FLOORGAP_SLURM_MEMORY_MB  schedulable memory of the node (default 4x the machine's: the
+#                           rehearsal's jobs ask for a GPU node's memory and use little)
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -39,6 +41,7 @@ CLUSTER=${FLOORGAP_SLURM_CLUSTER:-floorgap}
 ACCOUNT=${FLOORGAP_SLURM_ACCOUNT:-floorgap}
 WAIT=${FLOORGAP_SLURM_TIMEOUT:-60}
 GPUS=${FLOORGAP_SLURM_GPUS:-2}
+MEMORY_MB=${FLOORGAP_SLURM_MEMORY_MB:-}
 NODE=localhost
 ETC=/etc/slurm
 MARKER="# written by floorgap workflow/scripts/slurm-local.sh"
@@ -186,8 +189,11 @@ write_configs() {
     cpus=$(sed -n 's/.* CPUs=\([0-9]*\).*/\1/p' <<<"$node_line")
     mem=$(sed -n 's/.* RealMemory=\([0-9]*\).*/\1/p' <<<"$node_line")
     [[ -n $cpus && -n $mem ]] || die "could not read CPUs/RealMemory from: $node_line"
-    # Describe the node as found, renamed to "localhost" (slurmd runs with -N localhost).
+    # Describe the node as found, renamed to "localhost" (slurmd runs with -N localhost), with
+    # MEMORY_MB of schedulable memory: the paper configs' jobs ask for what a GPU node has, and
+    # their stand-ins use a small part of it (slurmd accepts the figure: config_overrides).
     node_line="NodeName=$NODE NodeAddr=127.0.0.1 ${node_line#NodeName=* }"
+    node_line=${node_line/RealMemory=$mem/RealMemory=${MEMORY_MB:-$((mem * 4))}}
 
     mkdir -p "$ETC" "$STATE/conf"
 
@@ -206,6 +212,7 @@ TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30
 SwitchType=switch/none
+SlurmdParameters=config_overrides
 ReturnToService=2
 SchedulerType=sched/backfill
 SelectType=select/cons_tres

@@ -155,11 +155,15 @@ class BlockExamples:
     (:class:`floorgap.models.drafters.Backbone`). ``max_blocks`` keeps the first whole
     sequences of a seeded order holding at least that many blocks (nested across budgets);
     ``sequences`` limits the pool to those sequences (the training or the held-out split).
+    ``stream`` holds nothing: each batch's features come from a target forward over its
+    sequence on the target's device (drafters.train.features: stream), for data whose
+    features do not fit in host memory.
     """
 
     def __init__(self, data: Mapping[str, Any], target_model: Any, taps: list[int], gamma: int,
                  *, max_blocks: int | None = None, seed: int = 0,
-                 autocast: str | None = None, sequences: Sequence[int] | None = None) -> None:
+                 autocast: str | None = None, sequences: Sequence[int] | None = None,
+                 stream: bool = False) -> None:
         import torch
 
         from floorgap.data.drafter_data import block_index
@@ -167,6 +171,7 @@ class BlockExamples:
 
         self.data, self.target, self.taps, self.gamma = data, target_model, list(taps), gamma
         self.autocast = autocast  # the training precision; the features follow it
+        self.stream = stream
         self.features: dict[int, Any] | None = None
         seq, ctx = block_index(data, gamma)
         if len(seq) == 0:
@@ -202,34 +207,41 @@ class BlockExamples:
 
     def prepare(self) -> float:
         """The tap features of every kept sequence, read from the record when it stores them
-        (:meth:`stored_features`) or else computed; returns the seconds it took."""
+        (:meth:`stored_features`) or else computed (nothing when streamed); returns the
+        seconds it took."""
         import torch
 
-        from floorgap.data.drafter_data import sequence
-        from floorgap.models.drafters import target_features
-        from floorgap.models.targets import mixed_precision
         from floorgap.progress import Timer
 
-        if self.features is not None:
+        if self.features is not None or (self.stream and not self.stored_features()):
             return 0.0
         timer = Timer()
-        # Under mixed-precision training the drafter reads the features in that precision
-        # anyway, so the target's forward runs in it too (3-4x faster on bf16 CPUs).
         dtype = getattr(torch, self.autocast) if self.autocast else None
         if self.stored_features():
             offsets, stored = self.data["seq_offsets"], self.data["features"]
             self.features = {s: stored[int(offsets[s]):int(offsets[s + 1])].to(
                 dtype or torch.float32) for s in self.sequences}
             return timer.seconds
-        device = next(self.target.parameters()).device
-        feats = {}
-        with torch.no_grad(), mixed_precision(device.type, dtype):
-            for s in self.sequences:
-                ids = sequence(self.data, s)[None].to(device)
-                f = target_features(self.target, ids, torch.ones_like(ids), self.taps)
-                feats[s] = f[0].to("cpu", dtype or torch.float32)
-        self.features = feats
+        self.features = {s: self.sequence_features(s).to("cpu") for s in self.sequences}
         return timer.seconds
+
+    def sequence_features(self, s: int) -> Any:
+        """The tap features [T, F] of sequence ``s`` from a target forward, on the target's
+        device, in the training precision."""
+        import torch
+
+        from floorgap.data.drafter_data import sequence
+        from floorgap.models.drafters import target_features
+        from floorgap.models.targets import mixed_precision
+
+        # Under mixed-precision training the drafter reads the features in that precision
+        # anyway, so the target's forward runs in it too (3-4x faster on bf16 CPUs).
+        dtype = getattr(torch, self.autocast) if self.autocast else None
+        device = next(self.target.parameters()).device
+        with torch.no_grad(), mixed_precision(device.type, dtype):
+            ids = sequence(self.data, s)[None].to(device)
+            f = target_features(self.target, ids, torch.ones_like(ids), self.taps)
+        return f[0].to(dtype or torch.float32)
 
     def epoch_batches(self, batch_size: int, seed: int, epoch: int, *, min_size: int = 1
                       ) -> list[Any]:
@@ -263,10 +275,11 @@ class BlockExamples:
         c = self.context_len[indices]                                       # [N]
         toks = sequence(self.data, s)
         t = int(c.max()) - 1                                                # longest prefix
+        feats = self.sequence_features(s) if self.features is None else self.features[s]
         slot = torch.arange(self.gamma)
         start = int(self.data["pos_offsets"][s]) - int(self.data["seq_prompt_len"][s])
         rows = start + c[:, None] + slot                                    # [N, G]
-        return {"features": self.features[s][None, :t],
+        return {"features": feats[None, :t],
                 "prefix_mask": torch.arange(t)[None, :] < (c[:, None] - 1),
                 "feature_index": torch.zeros(len(c), dtype=torch.long),
                 "committed": toks[c - 1], "block_tokens": toks[c[:, None] + slot],
@@ -490,7 +503,8 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
     found = latest_checkpoint(ckpt_dir) if resume else None
     if variant.get("init", "random") == "target":
         init_from_target(drafter, model)
-    common = dict(seed=int(spec["seed"]), autocast=tcfg.autocast_dtype)
+    common = dict(seed=int(spec["seed"]), autocast=tcfg.autocast_dtype,
+                  stream=spec["train"].get("features", "memory") == "stream")
     dataset = BlockExamples(data, model, cfg.taps, gamma, max_blocks=variant.get("blocks"),
                             sequences=train_seqs, **common)
     held = BlockExamples(data, model, cfg.taps, gamma, sequences=heldout, **common) \
@@ -502,7 +516,8 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
                 f"; resuming after epoch {found[1]['epoch']}" if found else "")
     if not (found is not None and int(found[1]["epoch"]) >= tcfg.epochs):
         logger.info("target features of %d sequences (%s): %.1f s", len(dataset.sequences),
-                    "stored in the record" if dataset.stored_features() else "computed",
+                    "stored in the record" if dataset.stored_features() else
+                    "streamed: computed per batch" if dataset.stream else "computed",
                     dataset.prepare() + (held.prepare() if held else 0.0))
     def evaluate(core: Any) -> dict[str, Any]:
         return heldout_risk(core, held, tcfg.batch_size)
