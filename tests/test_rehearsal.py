@@ -126,3 +126,15 @@ def _tiny_tokenizer(folder: Path) -> None:
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>",
                                    eos_token="<|im_end|>")
     fast.save_pretrained(str(folder))
+
+
+def test_the_command_refuses_a_config_it_cannot_rehearse(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "floorgap", "rehearsal", "--configfile",
+                          str(REPO / "workflow" / "configs" / "paper-cross-target.yaml"),
+                          "--out", str(tmp_path / "r")], cwd=REPO, capture_output=True,
+                         text=True)
+    assert res.returncode == 2 and "no CPU stand-in for google/gemma-4-12B-it" in res.stderr
+    assert not (tmp_path / "r" / "config.yaml").exists()

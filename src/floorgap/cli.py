@@ -6,6 +6,8 @@
 ``floorgap inspect FOLDER`` (:func:`inspect`) prints, as JSON, what the importer makes of a
 drafter checkpoint folder's ``config.json`` (layout, kind, gamma and block rows, taps, widths,
 vocabularies, attention), or the field it refuses, before any GPU time is spent on it.
+``floorgap plan`` (:func:`plan`) estimates each GPU job's memory against what it asks for;
+``floorgap rehearsal`` (:func:`rehearsal`) derives a paper config's CPU rehearsal.
 
 One more command is not a stage: ``floorgap decompose FOLDER`` (:func:`decompose`) launches the
 workflow for a drafter checkpoint folder of your own. It writes a config overlay with a

@@ -24,11 +24,13 @@ sequence and the target is causal, so one forward per sequence gives the feature
 blocks. A record written with ``training_data.store_features`` holds them at the config's taps
 (from the forward that gave its targets); otherwise they are computed once, before the first
 epoch. Either way they are held in memory in the training precision (``sum of sequence lengths
-* n_taps * hidden`` values). A run that has nothing left to train skips this.
+* n_taps * hidden`` values), unless ``train.features`` is ``stream`` (recomputed per batch on the
+device, nothing held). A run that has nothing left to train skips this.
 
-Data parallel. With ``train.processes > 1`` the command re-executes itself on ``processes`` local
-ranks (torch's elastic launcher, as torchrun --standalone); every rank loads the target and computes the features, ranks
-split each global batch (see floorgap.models.training), rank 0 writes checkpoints and ``FINAL``.
+Data parallel. With ``train.processes > 1`` the command re-executes itself on ``processes``
+local ranks (torch's elastic launcher, as ``torchrun --standalone``); every rank loads the
+target and computes the features, ranks split each global batch (see
+floorgap.models.training), rank 0 writes checkpoints and ``FINAL``.
 
 The spec holds ``target`` (config entry with ``name``), ``variant`` (variant entry with
 ``name``; optional ``epochs`` and ``seed_key``), ``taps``, ``train`` (the config's
