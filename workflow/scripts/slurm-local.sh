@@ -27,8 +27,8 @@
 #   FLOORGAP_SLURM_CLUSTER  cluster name (default floorgap)
 #   FLOORGAP_SLURM_ACCOUNT  account that the current user is added to (default floorgap)
 #   FLOORGAP_SLURM_TIMEOUT  seconds to wait for each daemon (default 60)
-#   FLOORGAP_SLURM_GPUS     fake GPUs of the node (default 2: a data-parallel drafter job of
-#                           the rehearsal asks for two)
+#   FLOORGAP_SLURM_GPUS     fake GPUs of the node (default 8, a GPU node of the paper's size:
+#                           fewer make jobs that ask for several hold up the queue)
 #   FLOORGAP_SLURM_MEMORY_MB  schedulable memory of the node (default 4x the machine's: the
 #                           rehearsal's jobs ask for a GPU node's memory and use little)
 set -euo pipefail
@@ -40,7 +40,7 @@ DB_PORT=${FLOORGAP_SLURM_DB_PORT:-3307}
 CLUSTER=${FLOORGAP_SLURM_CLUSTER:-floorgap}
 ACCOUNT=${FLOORGAP_SLURM_ACCOUNT:-floorgap}
 WAIT=${FLOORGAP_SLURM_TIMEOUT:-60}
-GPUS=${FLOORGAP_SLURM_GPUS:-2}
+GPUS=${FLOORGAP_SLURM_GPUS:-8}
 MEMORY_MB=${FLOORGAP_SLURM_MEMORY_MB:-}
 NODE=localhost
 ETC=/etc/slurm
