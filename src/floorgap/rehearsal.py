@@ -15,12 +15,16 @@ A rehearsal config is derived from a paper config in two steps.
      ``placement`` keeps the paper device, so every job asks SLURM for what the paper run asks;
    * a released checkpoint on the hub becomes a folder in that release's own layout
      (:mod:`floorgap.models.released_layouts`, written from the projects' sources, never from
-     floorgap's exporter), named by ``path``;
+     floorgap's exporter), named by ``path`` (a served DeepSpec DFlash: z-lab's layout, which
+     the CPU engine can serve);
    * ``hf:`` prompt sources fall back to the shipped source of their domain or task, and an
      ``hf:`` training corpus to a shipped prompt set (its prompts still skip every evaluation
      text);
    * the serving engine becomes vLLM's CPU build, serving the systems that build can serve
      (AR decoding and DFlash-layout folders; its DSpark method needs CUDA).
+
+Runs in the rehearsal's own folder (``snakemake --directory``), so its records never mix with a
+real run's.
 
 What the rehearsal leaves out is returned with the config (:class:`Rehearsal`), written beside
 it, and printed.
@@ -131,20 +135,30 @@ def _variant_maps(cfg: dict[str, Any]) -> list[tuple[str | None, dict[str, Any]]
 
 
 def _standin_checkpoints(cfg: dict[str, Any], out: Path, reh: Rehearsal) -> None:
+    """Every released checkpoint on the hub becomes a stand-in folder in its own layout, except
+    a served DFlash release in DeepSpec's layout: vLLM's CPU build serves that layout only with
+    its DSpark method, which it lacks, so the served DFlash is a z-lab DFlash folder instead
+    (DeepSpec's DFlash layout is imported in tests/models/test_released_layouts.py)."""
     primary = cfg.get("primary_target") or next(iter(cfg["targets"]))
     gamma = int(cfg["anchors"]["gamma"])
+    served = set(cfg.get("serving", {}).get("systems", []))
     for target, variants in _variant_maps(cfg):
         owner = target or primary
         for vname, entry in variants.items():
             if not is_checkpoint(entry) or "hub" not in entry["checkpoint"]:
                 continue
-            ckpt = entry["checkpoint"]
+            ckpt, kind = entry["checkpoint"], variant_kind(entry, f"drafter {vname}")
+            fmt = ckpt["format"]
+            if target is None and vname in served and kind == "dflash" and fmt == "dspark":
+                fmt = "dflash"
+                reh.untested.append(f"{ckpt['hub']} in DeepSpec's layout through the workflow "
+                                    "(a z-lab DFlash stand-in is served in its place)")
             folder = out / "checkpoints" / ckpt["hub"].replace("/", "__")
             taps = cfg["targets"][owner].get("taps") or cfg["drafters"]["taps"]
             reh.checkpoints[str(folder)] = {
-                "format": ckpt["format"], "kind": variant_kind(entry, f"drafter {vname}"),
-                "target": owner, "taps": list(taps), "block_size": gamma, "hub": ckpt["hub"]}
-            entry["checkpoint"] = {"format": ckpt["format"], "path": str(folder)}
+                "format": fmt, "kind": kind, "target": owner, "taps": list(taps),
+                "block_size": gamma, "hub": ckpt["hub"]}
+            entry["checkpoint"] = {"format": fmt, "path": str(folder)}
 
 
 def _standin_sources(cfg: dict[str, Any], reh: Rehearsal) -> None:

@@ -230,6 +230,8 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStorageEnforce=associations
 AccountingStorageTRES=gres/gpu
+# sacct shows the Snakemake rule of each job (the executor writes it as the comment)
+AccountingStoreFlags=job_comment
 GresTypes=gpu
 StateSaveLocation=$STATE/slurmctld
 SlurmdSpoolDir=$STATE/slurmd
