@@ -30,7 +30,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-HEADS, KV_HEADS, HEAD_DIM, INTER = 4, 2, 16, 96
+# heads 32 wide: vLLM's CPU attention has no kernel for narrower ones (the rehearsal serves these)
+HEADS, KV_HEADS, HEAD_DIM, INTER = 2, 1, 32, 96
 
 
 def _qwen3_layer_keys(hidden: int, vocab: int, layers: int) -> dict:
