@@ -37,7 +37,10 @@ def test_the_overlay_replaces_only_what_the_config_has() -> None:
 
 def test_the_rehearsal_keeps_the_paper_runs_structure(tmp_path: Path) -> None:
     paper = yaml.safe_load(PAPER.read_text())
-    reh = _derive(PAPER, tmp_path)
+    before = copy.deepcopy(paper)
+    reh = rehearsal_config(paper, yaml.safe_load(REHEARSAL_OVERLAY.read_text()), tmp_path,
+                           serving_python="/opt/vllm/bin/python")
+    assert paper == before  # the paper config itself is left as it was
     cfg = reh.config
     assert list(cfg["targets"]) == list(paper["targets"])
     target = cfg["targets"]["qwen3-4b"]

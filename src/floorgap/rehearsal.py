@@ -87,7 +87,7 @@ def rehearsal_config(paper: Mapping[str, Any], overlay: Mapping[str, Any], out: 
                      serving_python: str) -> Rehearsal:
     """The rehearsal of the validated paper config ``paper`` (see the module docstring); stand-in
     folders are named under ``out`` (built by :func:`build_standins`)."""
-    cfg = apply_overlay(paper, overlay)
+    cfg = copy.deepcopy(apply_overlay(paper, overlay))  # the swaps below edit it in place
     for target in cfg["targets"].values():
         if "settings" in target:
             target["settings"] = apply_overlay(target["settings"], overlay)
