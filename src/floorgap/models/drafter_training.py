@@ -34,12 +34,44 @@ _RENAMED = {"layers": "n_layers", "heads": "n_heads"}
 _NOT_MODEL = {"name", "epochs", "checkpoint", "seed_key", "init", "blocks", "vocab"}
 
 
+# The fields that fix a decoder layer's tensor shapes; a drafter layer copies them.
+LAYER_SHAPE_FIELDS = ("num_attention_heads", "num_key_value_heads", "head_dim",
+                      "intermediate_size")
+
+
+def _layer_shape(layer_config: Any) -> tuple[int, int, int, int]:
+    heads = int(layer_config.num_attention_heads)
+    return (heads, int(getattr(layer_config, "num_key_value_heads", None) or heads),
+            int(getattr(layer_config, "head_dim", None) or layer_config.hidden_size // heads),
+            int(layer_config.intermediate_size))
+
+
+def layer_shapes(target_config: Any) -> dict[tuple[int, int, int, int], list[int]]:
+    """The target's decoder-layer shapes (``LAYER_SHAPE_FIELDS``, in that order) and the layers
+    of each. Attention windows are not shapes: Gemma-3's sliding and full layers are one shape.
+    A heterogeneous config (transformers' ``per_layer_config``: Gemma-4's full layers have
+    ``global_head_dim`` and their own key/value heads) gives one shape per distinct layer."""
+    tc = target_config
+    if getattr(tc, "is_heterogeneous", False):
+        per_layer = [_layer_shape(layer) for layer in tc.per_layer_config]
+    else:
+        per_layer = [_layer_shape(tc)] * int(tc.num_hidden_layers)
+    shapes: dict[tuple[int, int, int, int], list[int]] = {}
+    for i, shape in enumerate(per_layer):
+        shapes.setdefault(shape, []).append(i)
+    return shapes
+
+
 def _rope_theta(target_config: Any) -> float:
-    """The target's rotary base: ``rope_theta``, or inside ``rope_parameters`` (transformers 5);
-    the drafter reuses it so that target-initialised layers see the positions they were trained
-    on."""
+    """The rotary base of the target's full-attention layers: ``rope_theta``, or inside
+    ``rope_parameters`` (transformers 5), which a target with sliding layers keys by layer
+    type (Gemma-3: 10,000 sliding, 1,000,000 full). The drafter's layers attend over the whole
+    context as a full layer does, so they reuse that layer's base (the positions a
+    target-initialised layer was trained on)."""
     theta = getattr(target_config, "rope_theta", None)
     params = getattr(target_config, "rope_parameters", None) or {}
+    if isinstance(params, Mapping) and isinstance(params.get("full_attention"), Mapping):
+        params = params["full_attention"]
     if theta is None and isinstance(params, Mapping):
         theta = params.get("rope_theta")
     return float(theta) if theta is not None else 1_000_000.0
@@ -49,23 +81,30 @@ def drafter_config(variant: Mapping[str, Any], taps: list[int], gamma: int, targ
                    draft_vocab: list[int] | None = None) -> DrafterConfig:
     """The ``DrafterConfig`` of a config variant on a target: width, heads, key/value heads, head
     width, MLP width, norm epsilon and rotary base follow the target's (so a drafter layer has
-    the shapes of a target layer) unless the variant sets ``heads``."""
+    the shapes of a target layer) unless the variant sets ``heads``.
+
+    A target whose layers differ only in attention window (Gemma-3: sliding and full layers of
+    one shape) is fine: the drafter's own layers attend over the whole context and block, as
+    the target's full layers do, with their rotary base. A target whose layers differ in shape
+    (Gemma-4: ``global_head_dim`` and its own key/value heads on full layers) has no one layer
+    to copy and is refused, naming the fields that differ."""
     from floorgap.models.drafters import DrafterConfig
 
     tc = target_config
-    per_layer = getattr(tc, "layer_types", None)
-    if per_layer and len(set(per_layer)) > 1:
-        # Gemma-4: sliding and full layers differ in head width and rotary settings
-        raise StageError(f"the target's layers are not all alike (layer_types {sorted(set(per_layer))}"
-                         "); a trained drafter's layers copy one target layer's shapes: train "
-                         "on a target with one layer type, or import a released drafter "
-                         "(checkpoint: {format, hub})")
-    heads = int(tc.num_attention_heads)
+    shapes = layer_shapes(tc)
+    if len(shapes) > 1:
+        differ = [f for i, f in enumerate(LAYER_SHAPE_FIELDS)
+                  if len({shape[i] for shape in shapes}) > 1]
+        kinds = sorted(set(getattr(tc, "layer_types", None) or []))
+        raise StageError(
+            f"the target's decoder layers differ in shape ({', '.join(differ)} differ between "
+            f"its layers{'; layer_types ' + str(kinds) if kinds else ''}); a trained drafter's "
+            "layers copy one target layer's shapes: train on a target whose layers share one "
+            "shape, or import a released drafter (checkpoint: {format, hub})")
+    heads, n_kv, head_dim, intermediate = next(iter(shapes))
     fields = {"kind": variant["kind"], "gamma": int(gamma), "taps": [int(t) for t in taps],
-              "hidden_size": int(tc.hidden_size), "n_heads": heads,
-              "n_kv_heads": int(getattr(tc, "num_key_value_heads", None) or heads),
-              "head_dim": int(getattr(tc, "head_dim", None) or tc.hidden_size // heads),
-              "intermediate_size": int(tc.intermediate_size),
+              "hidden_size": int(tc.hidden_size), "n_heads": heads, "n_kv_heads": n_kv,
+              "head_dim": head_dim, "intermediate_size": intermediate,
               "rms_eps": float(getattr(tc, "rms_norm_eps", 1e-6)),
               "rope_theta": _rope_theta(tc)}
     if "heads" in variant:  # a drafter with its own head count keeps full multi-head attention

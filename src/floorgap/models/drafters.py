@@ -27,6 +27,15 @@ floorgap.models.engine_formats writes and reads them). A DFlash block has gamma 
 [E(c), E(mask) x gamma] and row k + 1 proposes slot k; the DSpark-style kinds have gamma rows
 and row k proposes slot k (``DrafterConfig.sample_from_anchor``).
 
+Attention. The drafter's own layers are full attention over [context; block]: every block row
+sees every real prefix position and the whole block, whatever windows the target's layers use.
+A target with sliding-window layers (Gemma-3) still hands the drafter the whole prefix through
+its taps, and a drafter block is short, so nothing is gained by windowing, and DFlash/DSpark
+engines run their draft layers as full attention. The layers take the shapes (heads, key/value
+heads, head width, MLP width) and rotary base of the target's full-attention layers
+(``floorgap.models.drafter_training.drafter_config``); a target whose layers differ in shape
+(Gemma-4) has no one layer shape to take and is refused there.
+
 Kinds (one subclass of :class:`Drafter` each, :data:`DRAFTER_CLASSES`)
 -----------------------------------------------------------------------
 ``dflash``  Parallel backbone; q_k = softmax(u_k), a function of X only.
@@ -1017,7 +1026,12 @@ def build_drafter(config: DrafterConfig, target_model: nn.Module) -> Drafter:
                   mask_token_id=config.mask_token_id if config.mask_token_id is not None
                   else vocab - 1)
     model = DRAFTER_CLASSES[cfg.kind](cfg, embed, head)
-    return model.to(device=embed.weight.device)
+    # built on the CPU (the same initial draws on every device), then moved where the shared
+    # modules live; nothing to move on a CPU target (nor under a fake-tensor shape check)
+    device = embed.weight.device
+    if all(t.device == device for t in (*model.parameters(), *model.buffers())):
+        return model
+    return model.to(device=device)
 
 
 @torch.no_grad()
@@ -1033,6 +1047,13 @@ def init_from_target(drafter: Drafter, target_model: nn.Module) -> list[int]:
     if n > len(layers):
         raise ValueError(f"the drafter has {n} layers, the target only {len(layers)}")
     picked = list(range(len(layers) - n, len(layers)))
+    # a layer with norms around its MLP as well (Gemma's sandwich norms, whose scale is 1 + w)
+    # computes something else from the same weights: copying them would not start from it
+    extra = [name for name in ("pre_feedforward_layernorm", "post_feedforward_layernorm")
+             if hasattr(layers[picked[0]], name)]
+    if extra:
+        raise ValueError(f"the target's decoder layers have {extra}, which the drafter's "
+                         "Qwen3-style layers lack; set init: random for this target")
     names = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
              "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm",
              "post_attention_layernorm")

@@ -279,11 +279,13 @@ def _is_tied(model: Any, key: str) -> bool:
 
 
 def _random_model(source: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM,
+                              Qwen3Config, Qwen3ForCausalLM)
 
     tok, tok_prov = load_tokenizer_source(source["tokenizer"])
     arch = source["architecture"]
-    classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
+    classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+               "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM)}
     if arch not in classes:
         raise StageError(f"unknown random architecture {arch!r}; use one of {sorted(classes)}")
     heads = int(source["num_attention_heads"])
@@ -295,12 +297,26 @@ def _random_model(source: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
     eos = tok.eos_token_id
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos
     cfg_cls, model_cls = classes[arch]
+    extra: dict[str, Any] = {}
+    if arch == "gemma3":
+        # Gemma-3's layers: sliding and full attention of one shape (layer_types, default
+        # sliding then full alternating), query scale 1/sqrt(head width) as its releases set it
+        layers = int(source["num_hidden_layers"])
+        extra = {"layer_types": list(source.get("layer_types") or [
+                     "full_attention" if i % 2 else "sliding_attention" for i in range(layers)]),
+                 "sliding_window": int(source.get("sliding_window", 64)),
+                 "query_pre_attn_scalar": hidden // heads}
+        if len(extra["layer_types"]) != layers:
+            raise StageError(f"layer_types names {len(extra['layer_types'])} layers, "
+                             f"num_hidden_layers is {layers}")
+    elif "layer_types" in source or "sliding_window" in source:
+        raise StageError(f"layer_types and sliding_window are for architecture gemma3, not {arch}")
     config = cfg_cls(
         vocab_size=len(tok), hidden_size=hidden, intermediate_size=int(source["intermediate_size"]),
         num_hidden_layers=int(source["num_hidden_layers"]), num_attention_heads=heads,
         num_key_value_heads=int(source["num_key_value_heads"]), head_dim=hidden // heads,
         max_position_embeddings=32768, tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id, eos_token_id=eos, pad_token_id=pad,
+        bos_token_id=tok.bos_token_id, eos_token_id=eos, pad_token_id=pad, **extra,
     )
     torch.manual_seed(int(source["init_seed"]))
     model = model_cls(config).to(torch.float32)
