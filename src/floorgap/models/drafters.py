@@ -500,7 +500,7 @@ class Drafter(nn.Module):
         ids = t2d = None
         if cfg.draft_vocab is not None:
             ids = torch.tensor(cfg.draft_vocab, dtype=torch.long)
-            if int(ids[-1]) >= cfg.vocab_size:
+            if max(cfg.draft_vocab) >= cfg.vocab_size:
                 raise ValueError(f"draft_vocab holds ids past the target's {cfg.vocab_size}")
             t2d = torch.full((cfg.vocab_size,), -1, dtype=torch.long)
             t2d[ids] = torch.arange(len(ids))
@@ -513,7 +513,7 @@ class Drafter(nn.Module):
         self.mask_embed: nn.Parameter | None = None
         if cfg.mask_embedding:
             # random at the scale of the target's own token embeddings
-            scale = float(embed.weight.detach().float().std())
+            scale = embed.weight.detach().float().std()     # a tensor: no host read
             self.mask_embed = nn.Parameter(torch.randn(embed_dim) * scale)
 
     def _add_heads(self, embed_dim: int) -> None:

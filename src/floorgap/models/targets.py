@@ -278,30 +278,26 @@ def _is_tied(model: Any, key: str) -> bool:
     return key == "lm_head.weight" and bool(getattr(model.config, "tie_word_embeddings", False))
 
 
-def _random_model(source: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
-    from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM,
-                              Qwen3Config, Qwen3ForCausalLM)
+def random_config(source: dict[str, Any], vocab_size: int, bos_token_id: int | None = None,
+                  eos_token_id: int | None = None, pad_token_id: int | None = None) -> Any:
+    """The transformers config of a ``random`` source over a vocabulary of ``vocab_size``."""
+    from transformers import Gemma3TextConfig, LlamaConfig, Qwen3Config
 
-    tok, tok_prov = load_tokenizer_source(source["tokenizer"])
     arch = source["architecture"]
-    classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM),
-               "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM)}
+    classes = {"llama": LlamaConfig, "qwen3": Qwen3Config, "gemma3": Gemma3TextConfig}
     if arch not in classes:
         raise StageError(f"unknown random architecture {arch!r}; use one of {sorted(classes)}")
     heads = int(source["num_attention_heads"])
     hidden = int(source["hidden_size"])
+    layers = int(source["num_hidden_layers"])
     if hidden % heads:
         raise StageError(f"hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
     if heads % int(source["num_key_value_heads"]):
         raise StageError("num_attention_heads must be a multiple of num_key_value_heads")
-    eos = tok.eos_token_id
-    pad = tok.pad_token_id if tok.pad_token_id is not None else eos
-    cfg_cls, model_cls = classes[arch]
     extra: dict[str, Any] = {}
     if arch == "gemma3":
         # Gemma-3's layers: sliding and full attention of one shape (layer_types, default
         # sliding then full alternating), query scale 1/sqrt(head width) as its releases set it
-        layers = int(source["num_hidden_layers"])
         extra = {"layer_types": list(source.get("layer_types") or [
                      "full_attention" if i % 2 else "sliding_attention" for i in range(layers)]),
                  "sliding_window": int(source.get("sliding_window", 64)),
@@ -311,13 +307,23 @@ def _random_model(source: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
                              f"num_hidden_layers is {layers}")
     elif "layer_types" in source or "sliding_window" in source:
         raise StageError(f"layer_types and sliding_window are for architecture gemma3, not {arch}")
-    config = cfg_cls(
-        vocab_size=len(tok), hidden_size=hidden, intermediate_size=int(source["intermediate_size"]),
-        num_hidden_layers=int(source["num_hidden_layers"]), num_attention_heads=heads,
-        num_key_value_heads=int(source["num_key_value_heads"]), head_dim=hidden // heads,
-        max_position_embeddings=32768, tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id, eos_token_id=eos, pad_token_id=pad, **extra,
-    )
+    return classes[arch](
+        vocab_size=int(vocab_size), hidden_size=hidden,
+        intermediate_size=int(source["intermediate_size"]), num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=int(source["num_key_value_heads"]),
+        head_dim=hidden // heads, max_position_embeddings=32768, tie_word_embeddings=True,
+        bos_token_id=bos_token_id, eos_token_id=eos_token_id, pad_token_id=pad_token_id, **extra)
+
+
+def _random_model(source: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
+    from transformers import Gemma3ForCausalLM, LlamaForCausalLM, Qwen3ForCausalLM
+
+    tok, tok_prov = load_tokenizer_source(source["tokenizer"])
+    eos = tok.eos_token_id
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+    config = random_config(source, len(tok), tok.bos_token_id, eos, pad)
+    model_cls = {"llama": LlamaForCausalLM, "qwen3": Qwen3ForCausalLM,
+                 "gemma3": Gemma3ForCausalLM}[source["architecture"]]
     torch.manual_seed(int(source["init_seed"]))
     model = model_cls(config).to(torch.float32)
     model.generation_config.eos_token_id = eos
