@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -145,3 +146,31 @@ def dry_run_jobs(dry_run_output: str) -> dict[str, int]:
             break
         jobs[parts[0]] = int(parts[1])
     return jobs
+
+
+def smoke_targets() -> list[str]:
+    """What the smoke runs build: everything, or without LaTeX everything but the PDF."""
+    targets = yaml.safe_load(SMOKE_CONFIG.read_text())["targets"]
+    return [] if shutil.which("latexmk") else ["paper/values.tex", *(
+        f"results/{target}/manifest.json" for target in targets)]
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    """The whole smoke DAG, run once per test session in a scratch working directory and shared
+    by every test that reads its records; a test that changes results works on a copy
+    (:func:`copy_results`)."""
+    work = tmp_path_factory.mktemp("smoke-dag")
+    # Targets go before --configfile, which takes every following word as a config file.
+    res = snakemake(*smoke_targets(), "--cores", "2", "--configfile", str(SMOKE_CONFIG),
+                    cwd=work, timeout=3000)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    return work
+
+
+def copy_results(run: Path, dest: Path, leave_out: set[str] = frozenset()) -> Path:
+    """``run``'s results/ copied into ``dest`` (times kept, so Snakemake sees them up to date)
+    without the folders named in ``leave_out`` nor the logs."""
+    shutil.copytree(run / "results", dest / "results",
+                    ignore=lambda d, names: [n for n in names if n in leave_out or n == "logs"])
+    return dest

@@ -170,9 +170,12 @@ def plan(argv: Sequence[str]) -> int:
     spec = resolve(cfg)
     gpu_gb = args.gpu_memory_gb or float(cfg["cluster"]["gpu_memory_gb"])
     given = dict(item.split("=", 1) for item in args.model_config)
+    # --forceall: every job of the config is planned, whatever results/ already holds (a dry
+    # run of a finished workflow lists no jobs)
     res = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile",
-                          str(root / "Snakefile"), "-n", "--cores", "all", "--configfile",
-                          *map(str, args.configfile)], cwd=root, capture_output=True, text=True)
+                          str(root / "Snakefile"), "-n", "--forceall", "--cores", "all",
+                          "--configfile", *map(str, args.configfile)],
+                         cwd=root, capture_output=True, text=True)
     if res.returncode != 0:
         print(res.stdout[-3000:] + res.stderr[-3000:], file=sys.stderr)
         return 2

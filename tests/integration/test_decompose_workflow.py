@@ -1,5 +1,7 @@
 """`floorgap decompose` end to end: a drafter folder of one's own, decomposed on the smoke
-config by the real workflow in a copy of the repository (nothing trained)."""
+config by the real workflow in a copy of the repository (nothing trained). The smoke run's
+records are copied in, so what runs is what decompose adds: the drafter's import, its
+evaluation beside the lookup tables, and the decomposition."""
 
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO, snakemake_env
+from conftest import REPO, copy_results, snakemake_env
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+# reads the shared smoke DAG (conftest.smoke_run), which the first test to ask builds
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(3600)]
 
 
 def _copy_repository(dest: Path) -> Path:
@@ -46,8 +49,8 @@ def _export(smoke_target, folder: Path) -> Path:
     return export_drafter(drafter, folder, "dflash", num_target_layers=2)
 
 
-def test_decompose_command_runs_the_workflow(smoke_target, tmp_path: Path) -> None:
-    work = _copy_repository(tmp_path / "repo")
+def test_decompose_command_runs_the_workflow(smoke_target, smoke_run, tmp_path: Path) -> None:
+    work = copy_results(smoke_run, _copy_repository(tmp_path / "repo"))
     folder = _export(smoke_target, tmp_path / "my-drafter")
     smoke = work / "workflow" / "configs" / "smoke.yaml"
     res = subprocess.run([sys.executable, "-m", "floorgap", "decompose", str(folder),

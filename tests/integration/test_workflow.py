@@ -16,10 +16,12 @@ import pytest
 import torch
 import yaml
 
-from conftest import (REPO, SMOKE_CONFIG, dry_run_jobs, snakemake, snakemake_cmd,
-                      snakemake_env)
+from conftest import (REPO, SMOKE_CONFIG, copy_results, dry_run_jobs, smoke_targets,
+                      snakemake, snakemake_cmd, snakemake_env)
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+# the shared smoke DAG (conftest.smoke_run) is built in the first test that asks for it: up to
+# 50 minutes on 2 busy cores
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(3600)]
 
 from floorgap.reports.registry import ITEMS
 
@@ -83,18 +85,6 @@ def test_inconsistent_drafter_sections_are_refused(tmp_path: Path, mutate, needl
     assert not (tmp_path / "results").exists()
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    """The whole smoke DAG, run once in a scratch working directory."""
-    work = tmp_path_factory.mktemp("smoke-dag")
-    # Without LaTeX (CI installs it) everything but the compiled paper is built.
-    targets = _smoke_targets()
-    # Targets go before --configfile, which takes every following word as a config file.
-    res = snakemake(*targets, "--cores", "2", "--configfile", str(SMOKE_CONFIG), cwd=work)
-    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
-    return work
-
-
 def test_smoke_dag_end_to_end(smoke_run: Path) -> None:
     cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
     target, second = cfg["targets"]
@@ -156,6 +146,10 @@ def test_smoke_dag_end_to_end(smoke_run: Path) -> None:
     assert not (other / "mi").exists()
     roles = {drafters["roles"]["order0"], drafters["roles"]["order1"]}
     assert {p.parent.name for p in (other / "drafters").glob("*/final.pt")} == roles
+    # its layers are sliding and full attention of one shape (Gemma-3's layout), and its
+    # drafters trained on it
+    layers = json.loads((smoke_run / "results" / "models" / second / "config.json").read_text())
+    assert set(layers["layer_types"]) == {"sliding_attention", "full_attention"}
     assert set(pd.read_parquet(other / "gaps" / "summary.parquet").variant) == roles
     # every record says how its target's prompts were formatted (the second: a base model's)
     from floorgap.records import read_metadata
@@ -218,13 +212,6 @@ def _record_hashes(work: Path) -> dict[str, str]:
             if not timed & set(p.relative_to(work).parts)}
 
 
-def _smoke_targets() -> list[str]:
-    """What the smoke runs build: everything, or without LaTeX everything but the PDF."""
-    targets = yaml.safe_load(SMOKE_CONFIG.read_text())["targets"]
-    return [] if shutil.which("latexmk") else ["paper/values.tex", *(
-        f"results/{target}/manifest.json" for target in targets)]
-
-
 PLUGIN = '''
 """A report item outside the package: T0 by slot as a bar chart."""
 import matplotlib
@@ -269,7 +256,8 @@ def test_a_new_figure_is_a_function_and_a_registry_row(smoke_run: Path, tmp_path
 
 def test_renamed_drafters_build_every_item(smoke_run: Path, tmp_path: Path) -> None:
     """Every variant renamed (and the roles with them): every figure and table still builds.
-    The floor half's records are reused from the smoke run (their specs do not name drafters)."""
+    The floor half's records and the drafter training data are reused from the smoke run
+    (their specs do not name drafters)."""
     names = {"dflash": "blockwise", "dspark": "markov", "ours": "prefix-head"}
 
     def rename(c):
@@ -287,10 +275,9 @@ def test_renamed_drafters_build_every_item(smoke_run: Path, tmp_path: Path) -> N
     cfg = _write_config(tmp_path / "renamed.yaml", rename)
     work = tmp_path / "work"
     target = next(iter(yaml.safe_load(SMOKE_CONFIG.read_text())["targets"]))
-    skip = {"drafters", "drafter_eval", "gaps", "drafter_data"}
-    shutil.copytree(smoke_run / "results", work / "results",
-                    ignore=lambda d, names_: [n for n in names_ if n in skip or n == "logs"])
-    res = snakemake(*_smoke_targets(), "--cores", "2", "--configfile", str(cfg), cwd=work)
+    # the floor half and the drafter training data name no drafter: reused
+    copy_results(smoke_run, work, {"drafters", "drafter_eval", "gaps"})
+    res = snakemake(*smoke_targets(), "--cores", "2", "--configfile", str(cfg), cwd=work)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     trained = {p.parent.name for p in (work / "results" / target / "drafters").glob("*/final.pt")}
     assert set(names.values()) <= trained and not set(names) & trained
@@ -314,9 +301,8 @@ def test_kill_mid_dag_then_rerun_gives_the_same_records(smoke_run: Path, tmp_pat
     work = tmp_path / "killed"
     drafter_half = {"drafter_data", "drafters", "drafter_eval", "gaps", "export", "serving",
                     "serving_replay", "serving_summary", "decomposition", "explore", "logs"}
-    shutil.copytree(smoke_run / "results", work / "results",
-                    ignore=lambda d, names_: [n for n in names_ if n in drafter_half])
-    proc = subprocess.Popen(snakemake_cmd(*_smoke_targets(), "--cores", "2", "--configfile",
+    copy_results(smoke_run, work, drafter_half)
+    proc = subprocess.Popen(snakemake_cmd(*smoke_targets(), "--cores", "2", "--configfile",
                                           str(SMOKE_CONFIG)),
                             cwd=work, env=snakemake_env(), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -333,7 +319,7 @@ def test_kill_mid_dag_then_rerun_gives_the_same_records(smoke_run: Path, tmp_pat
     assert not (work / "paper" / "values.tex").exists()
     assert snakemake("--unlock", "--cores", "1", "--configfile", str(SMOKE_CONFIG),
                      cwd=work).returncode == 0
-    res = snakemake(*_smoke_targets(), "--cores", "2", "--rerun-incomplete", "--configfile",
+    res = snakemake(*smoke_targets(), "--cores", "2", "--rerun-incomplete", "--configfile",
                     str(SMOKE_CONFIG), cwd=work)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     before, after = _record_hashes(smoke_run), _record_hashes(work)
