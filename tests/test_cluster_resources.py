@@ -17,6 +17,9 @@ MODEL_RULES = {"corpus", "rollouts", "mi", "floor_variants", "drafter_data", "dr
                "export", "serving", "serving_replay", "api_floors"}
 PAPER_CONFIGS = [p for p in SHIPPED_CONFIGS if p != SMOKE_CONFIG]
 
+# every test here is a Snakemake dry run of a whole config (seconds each)
+pytestmark = pytest.mark.slow
+
 
 def planned_jobs(config: Path, work: Path) -> list[tuple[str, dict[str, str]]]:
     """(rule, resources) of every job of a dry run."""

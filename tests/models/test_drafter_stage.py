@@ -340,3 +340,20 @@ def test_a_killed_drafter_data_job_resumes_to_the_same_record(smoke_domain_recor
             assert torch.equal(value, resumed[key]), key
     assert clean["seq_prompt_ids"] == resumed["seq_prompt_ids"]
     assert resumed["metadata"]["resumed_batches"] == 1 and not journal.exists()
+
+
+def test_more_processes_than_visible_gpus_is_refused_by_name(tmp_path, monkeypatch):
+    """Each data-parallel rank trains on its own GPU: asking for more ranks than the job sees
+    stops before anything loads, naming the setting and both fixes."""
+    import argparse
+    import logging
+
+    from floorgap.errors import StageError
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    spec = {"target": {"name": "t", "device": "cuda", "dtype": "bfloat16"},
+            "variant": {"name": "dflash", "kind": "dflash", "layers": 1},
+            "train": {"processes": 2}}
+    args = argparse.Namespace(spec=spec, data=tmp_path / "absent.pt", argv=[])
+    with pytest.raises(StageError, match="processes is 2 but this job sees 1 GPU"):
+        train_cli.main(args, logging.getLogger("test"))

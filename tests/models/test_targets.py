@@ -179,9 +179,10 @@ def test_a_chunked_gguf_package_materialises_the_second_target(tmp_path, monkeyp
     assert "<start_of_turn>" not in tok.decode(ids)
 
 
-def test_a_target_is_read_straight_onto_its_device(smoke_target, monkeypatch):
+def test_a_target_is_read_straight_onto_its_device(smoke_target, monkeypatch, caplog):
     """load_target asks transformers for the device (device_map), never a host copy first:
-    a 14B target in bf16 would need ~29.5 GB of host memory before `.to(cuda)`."""
+    a 14B target in bf16 would need ~29.5 GB of host memory before `.to(cuda)`. The job's log
+    says the device and dtype it ran on."""
     from transformers import AutoModelForCausalLM
 
     from floorgap.models.targets import load_target
@@ -196,8 +197,10 @@ def test_a_target_is_read_straight_onto_its_device(smoke_target, monkeypatch):
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", classmethod(spy))
     moved = []
     monkeypatch.setattr(torch.nn.Module, "to", lambda self, *a, **k: moved.append(a) or self)
-    model, _ = load_target(smoke_target[2], "float32", "cpu")
+    with caplog.at_level("INFO", logger="floorgap"):
+        model, _ = load_target(smoke_target[2], "float32", "cpu")
     assert seen == ["cpu"] and not moved
+    assert any(" on cpu (cpu), float32, " in r.getMessage() for r in caplog.records)
     assert next(model.parameters()).device == torch.device("cpu")
 
 

@@ -211,6 +211,7 @@ def _lossless_z(model_dir, rows, requests) -> float:
     return lossless_z(torch.tensor([t[0] for t in terms]), torch.tensor([t[1] for t in terms]))
 
 
+@pytest.mark.slow   # imports vLLM in its own environment (tens of seconds)
 def test_the_plugin_mends_the_cpu_builds_token_expansion() -> None:
     """In the engine's environment the project's vLLM plugin is installed (entry point
     vllm.general_plugins) and, once vLLM loads its plugins, the CPU fallback that spreads each

@@ -502,6 +502,12 @@ def load_target(model_dir: str | os.PathLike[str], dtype: str | torch.dtype = "f
                                                  device_map=str(torch.device(device)))
     model.eval()
     model.requires_grad_(False)
+    # the rule's log says where its model ran (a job's device is otherwise only in its spec)
+    where = torch.device(device)
+    name = (torch.cuda.get_device_name(where) if where.type == "cuda"
+            and torch.cuda.is_available() else where.type)
+    log.info("target %s on %s (%s), %s, %d threads", Path(model_dir).name, where, name,
+             str(next(model.parameters()).dtype).removeprefix("torch."), torch.get_num_threads())
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     tok.padding_side = "left"
     if tok.pad_token_id is None:

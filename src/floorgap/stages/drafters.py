@@ -120,6 +120,14 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
         raise StageError(f"variant {variant['name']} is trained: give --data (the drafter "
                          "training record)")
     processes = int(spec["train"].get("processes", 1))
+    if processes > 1 and str(target["device"]).startswith("cuda"):
+        # one rank a GPU: with fewer visible, a rank would ask for a device that is not there
+        visible = torch.cuda.device_count()
+        if visible < processes:
+            raise StageError(f"drafters.train.processes is {processes} but this job sees "
+                             f"{visible} GPU(s); each process trains on its own GPU: give the "
+                             f"job {processes} GPUs or set drafters.train.processes to at most "
+                             f"{max(visible, 1)}")
     rank, world = 0, 1
     if processes > 1:
         rank, world = init_distributed()
