@@ -197,8 +197,18 @@ def test_a_target_is_read_straight_onto_its_device(smoke_target, monkeypatch, ca
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", classmethod(spy))
     moved = []
     monkeypatch.setattr(torch.nn.Module, "to", lambda self, *a, **k: moved.append(a) or self)
-    with caplog.at_level("INFO", logger="floorgap"):
+    import logging
+
+    from floorgap.models import targets
+
+    # the stages' logging may stop "floorgap" records at their own handlers: listen on the
+    # module's logger itself
+    monkeypatch.setattr(targets.log, "level", logging.INFO)
+    targets.log.addHandler(caplog.handler)
+    try:
         model, _ = load_target(smoke_target[2], "float32", "cpu")
+    finally:
+        targets.log.removeHandler(caplog.handler)
     assert seen == ["cpu"] and not moved
     assert any(" on cpu (cpu), float32, " in r.getMessage() for r in caplog.records)
     assert next(model.parameters()).device == torch.device("cpu")
