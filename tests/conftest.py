@@ -174,3 +174,18 @@ def copy_results(run: Path, dest: Path, leave_out: set[str] = frozenset()) -> Pa
     shutil.copytree(run / "results", dest / "results",
                     ignore=lambda d, names: [n for n in names if n in leave_out or n == "logs"])
     return dest
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """How many of the package's modules this run imported in its own process (a module only
+    a subprocess imports is not counted), and which were not."""
+    import sys as _sys
+
+    src = REPO / "src"
+    modules = sorted(".".join(p.relative_to(src).with_suffix("").parts).removesuffix(".__init__")
+                     for p in (src / "floorgap").rglob("*.py"))
+    seen = [m for m in modules if m in _sys.modules]
+    missing = [m for m in modules if m not in _sys.modules]
+    terminalreporter.write_line(f"floorgap modules imported by this run: {len(seen)} of "
+                                f"{len(modules)}" + (f" (not: {', '.join(missing)})"
+                                                     if missing else ""))
