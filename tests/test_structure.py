@@ -137,6 +137,27 @@ def test_each_stage_has_its_module(stage: str) -> None:
     assert (SRC / "stages" / f"{stage}.py").is_file()
 
 
+@pytest.mark.parametrize("stage", sorted(__import__("floorgap.stages").stages.STAGES))
+def test_each_stage_imports_and_parses_its_help(stage: str) -> None:
+    """Every stage module imports in-process (the fast tier touches every module of src/) and
+    builds a parser whose help names its options."""
+    import importlib
+
+    module = importlib.import_module(f"floorgap.stages.{stage}")
+    assert "usage:" in module.build_parser().format_help()
+
+
+def test_every_library_module_imports() -> None:
+    """Every module of src/ but ``__main__`` (which runs the command) imports in-process."""
+    import importlib
+
+    for path in sorted(SRC.rglob("*.py")):
+        parts = path.relative_to(SRC.parent).with_suffix("").parts
+        name = ".".join(parts).removesuffix(".__init__")
+        if name != "floorgap.__main__":
+            importlib.import_module(name)
+
+
 def test_each_stage_module_is_listed() -> None:
     from floorgap.stages import STAGES
 
