@@ -210,9 +210,14 @@ def test_a_killed_server_resumes_to_identical_records(api_inputs, uninterrupted,
     assert run_stage(api_floors.main, api_floors.build_parser(),
                      _args(api_inputs, tmp_path, rerun)) == 0
     assert "already journalled" in (tmp_path / "stage.log").read_text()
-    for name in ("reads", "floors", "summary"):
+    # The anchors read again come from a fresh server, whose CPU batches round a log-probability
+    # in its last digits differently (pandas compares floats to rtol 1e-5): the omitted mass
+    # r = 1 - sum(p) then moves by ~1e-7 absolute, a large relative change where r is near 0,
+    # and the bounds t -/+ E[r] with it. Read-for-read agreement is checked on the reads.
+    for name, atol in (("reads", 0.0), ("floors", 1e-6), ("summary", 1e-6)):
         pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / f"{name}.parquet"),
-                                      pd.read_parquet(uninterrupted / f"{name}.parquet"))
+                                      pd.read_parquet(uninterrupted / f"{name}.parquet"),
+                                      atol=atol)
 
 
 @pytest.mark.slow
