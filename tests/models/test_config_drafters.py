@@ -9,8 +9,8 @@ sliding and full layers of one shape train a drafter; layers of different shapes
 
 from __future__ import annotations
 
-import copy
 import functools
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +106,7 @@ def _target(path: Path, target: str, real: bool) -> Any:
     spec = spec_of(path)
     mcfg = target_model_config(target, spec.config["targets"][target]["source"])
     torch.manual_seed(0)
-    with _fake_mode() if not real else _nothing():
+    with _fake_mode() if not real else nullcontext():
         return transformers.AutoModelForCausalLM.from_config(mcfg).eval().requires_grad_(False)
 
 
@@ -117,7 +117,7 @@ def one_step(path: Path, target: str, name: str, real: bool) -> None:
     every trainable weight just the same)."""
     spec = spec_of(path)
     cfg = spec.settings(target)
-    entry = copy.deepcopy(spec.variant_entry(name, target))
+    entry = spec.variant_entry(name, target)
     model = _target(path, target, real)
     tcfg = text_config(model.config)
     vocab = int(model.get_output_embeddings().weight.shape[0])
@@ -128,7 +128,7 @@ def one_step(path: Path, target: str, name: str, real: bool) -> None:
     gamma, taps = int(cfg["anchors"]["gamma"]), spec.taps(target)
     dcfg = drafter_config(entry, taps, gamma, tcfg, draft_vocab=draft_vocab)
     b, t, g = 2, 12, gamma
-    with _fake_mode() if not real else _nothing():
+    with _fake_mode() if not real else nullcontext():
         torch.manual_seed(1)
         drafter = build_drafter(dcfg, model)
         if entry.get("init", "random") == "target":
@@ -167,14 +167,6 @@ def test_every_default_drafter_takes_a_real_training_step(path, target, name):
     """The default's drafters on real CPU tensors of their targets' shapes (random weights):
     the objective itself, finite, and its gradient in every trainable weight."""
     one_step(path, target, name, real=True)
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
 
 
 def test_the_default_targets_mix_sliding_and_full_layers():

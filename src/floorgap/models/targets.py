@@ -278,15 +278,22 @@ def _is_tied(model: Any, key: str) -> bool:
     return key == "lm_head.weight" and bool(getattr(model.config, "tie_word_embeddings", False))
 
 
+# A random source's architecture: its transformers config and model class names.
+RANDOM_ARCHITECTURES = {"llama": ("LlamaConfig", "LlamaForCausalLM"),
+                        "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+                        "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM")}
+
+
 def random_config(source: dict[str, Any], vocab_size: int, bos_token_id: int | None = None,
                   eos_token_id: int | None = None, pad_token_id: int | None = None) -> Any:
     """The transformers config of a ``random`` source over a vocabulary of ``vocab_size``."""
-    from transformers import Gemma3TextConfig, LlamaConfig, Qwen3Config
+    import transformers
 
     arch = source["architecture"]
-    classes = {"llama": LlamaConfig, "qwen3": Qwen3Config, "gemma3": Gemma3TextConfig}
-    if arch not in classes:
-        raise StageError(f"unknown random architecture {arch!r}; use one of {sorted(classes)}")
+    if arch not in RANDOM_ARCHITECTURES:
+        raise StageError(f"unknown random architecture {arch!r}; use one of "
+                         f"{sorted(RANDOM_ARCHITECTURES)}")
+    config_cls = getattr(transformers, RANDOM_ARCHITECTURES[arch][0])
     heads = int(source["num_attention_heads"])
     hidden = int(source["hidden_size"])
     layers = int(source["num_hidden_layers"])
@@ -307,7 +314,7 @@ def random_config(source: dict[str, Any], vocab_size: int, bos_token_id: int | N
                              f"num_hidden_layers is {layers}")
     elif "layer_types" in source or "sliding_window" in source:
         raise StageError(f"layer_types and sliding_window are for architecture gemma3, not {arch}")
-    return classes[arch](
+    return config_cls(
         vocab_size=int(vocab_size), hidden_size=hidden,
         intermediate_size=int(source["intermediate_size"]), num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=int(source["num_key_value_heads"]),
@@ -316,14 +323,13 @@ def random_config(source: dict[str, Any], vocab_size: int, bos_token_id: int | N
 
 
 def _random_model(source: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
-    from transformers import Gemma3ForCausalLM, LlamaForCausalLM, Qwen3ForCausalLM
+    import transformers
 
     tok, tok_prov = load_tokenizer_source(source["tokenizer"])
     eos = tok.eos_token_id
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos
     config = random_config(source, len(tok), tok.bos_token_id, eos, pad)
-    model_cls = {"llama": LlamaForCausalLM, "qwen3": Qwen3ForCausalLM,
-                 "gemma3": Gemma3ForCausalLM}[source["architecture"]]
+    model_cls = getattr(transformers, RANDOM_ARCHITECTURES[source["architecture"]][1])
     torch.manual_seed(int(source["init_seed"]))
     model = model_cls(config).to(torch.float32)
     model.generation_config.eos_token_id = eos
