@@ -82,7 +82,9 @@ def test_conditioned_reads_equal_full_forwards(model):
             for i in range(last - j + 1):
                 ids = CTX + prefixes[s, :j].tolist() + z_star[j:j + i].tolist()
                 want = _full_logp(model, ids, int(z_star[j + i]))
-                assert abs(float(out[j][s, i]) - want) < 2e-6, (j, s, i)
+                # float32 rounding only: the paths' attention (shared prefix) and the full
+                # forward's (sdpa) sum in different orders
+                assert abs(float(out[j][s, i]) - want) < 1e-5, (j, s, i)
 
 
 def test_conditioned_reads_under_a_temperature(model):

@@ -36,7 +36,6 @@ the anchor and the path index.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import time
@@ -52,6 +51,7 @@ from floorgap.errors import StageError
 from floorgap.estimators.barycentre import tv_distance
 from floorgap.estimators.risk import exposure
 from floorgap.estimators.serving import accept_factors
+from floorgap.models.shared_prefix import decode_forward, path_cache
 from floorgap.probes.rollouts import forward_rows
 from floorgap.sampling import SamplingLaw, inverse_cdf_sample
 from floorgap.seeds import derive_seed, generator_for
@@ -132,8 +132,9 @@ def target_path_probs(model: Any, context_ids: list[int], tokens: Tensor, *, law
     """p_k^(r) under ``law`` along stored paths ``tokens`` [M, G] -> [G, M, V] float64.
 
     The context is prefilled once (slot 0's distribution is shared); each chunk of at most
-    ``forward_batch`` paths is teacher-forced in one forward of G - 1 tokens on a copy of the
-    prefix cache, padded to exactly ``forward_rows(forward_batch, M)`` rows.
+    ``forward_batch`` paths is teacher-forced in one forward of G - 1 tokens after the prefix
+    (:func:`floorgap.models.shared_prefix.path_cache`), padded to exactly
+    ``forward_rows(forward_batch, M)`` rows.
     """
     device = next(model.parameters()).device
     n_paths, gamma = tokens.shape
@@ -151,9 +152,8 @@ def target_path_probs(model: Any, context_ids: list[int], tokens: Tensor, *, law
         n = min(forward_batch, n_paths - lo)
         rows = toks[lo:lo + n, :-1]
         rows = torch.cat([rows, rows[:1].expand(forward_batch - n, gamma - 1)])
-        cache = copy.deepcopy(out.cache)
-        cache.batch_repeat_interleave(forward_batch)
-        logits = model(input_ids=rows, cache=cache, use_cache=True).logits  # [fb, G-1, V]
+        cache = path_cache(model, out.cache, forward_batch)
+        logits = decode_forward(model, rows, cache)  # [fb, G-1, V]
         probs[1:, lo:lo + n] = law.probs(logits[:n]).transpose(0, 1)
         del cache
     return probs

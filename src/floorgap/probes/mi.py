@@ -46,7 +46,8 @@ from floorgap.estimators.mi import (MICellLosses, leave_one_out_missing_informat
                                     mi_cell_losses, screen_anchors)
 from floorgap.progress import progress
 from floorgap.records import read_metadata, read_table
-from floorgap.probes.rollouts import forward_plan, path_cache, sample_block
+from floorgap.models.shared_prefix import decode_forward, path_cache
+from floorgap.probes.rollouts import forward_plan, sample_block
 from floorgap.sampling import SamplingLaw
 from floorgap.seeds import derive_seed
 
@@ -165,7 +166,7 @@ def conditioned_logprobs(model: Any, context_ids: list[int], prefixes: torch.Ten
     for lo in range(0, n_rows, chunk):
         hi = min(lo + chunk, n_rows)
         n = hi - lo
-        cache = path_cache(prefix_cache, forward_batch)
+        cache = path_cache(model, prefix_cache, forward_batch)
         rows = prefixes[lo:hi]
         # Pad rows repeat the first real prefix; they are computed and discarded.
         rows = torch.cat([rows, rows[:1].expand(forward_batch - n, -1)])
@@ -173,8 +174,7 @@ def conditioned_logprobs(model: Any, context_ids: list[int], prefixes: torch.Ten
             tail = z_star[j:last].unsqueeze(0).expand(forward_batch, -1)
             inputs = torch.cat([rows[:, :j], tail], dim=1)  # [B, last]
             keep = last - j + 1  # logits at positions j-1..last-1 predict z*_j..z*_last
-            logits = model(input_ids=inputs, cache=cache, use_cache=True,
-                           logits_to_keep=keep).logits
+            logits = decode_forward(model, inputs, cache, logits_to_keep=keep)
             target = z_star[j:last + 1].view(1, keep, 1).expand(n, keep, 1)
             out[j][lo:hi] = law_logprob(law, logits[:n], target).squeeze(-1).cpu()
             cache.crop(-last)  # drop this start's tokens again

@@ -3,8 +3,9 @@
 At an anchor with context X the probe draws M continuations Z^(r) = (Z_0, ..., Z_{gamma-1})
 from the target under the sampling law and reads p_k^(r) = p_T(. | X, Z^(r)_<k) at every slot
 (paper Sec. B.3). The logits computed while sampling slot k are exactly p_k^(r), so no second
-teacher-forced pass is needed. The prompt is prefilled once; its KV cache is copied into every
-forward of paths.
+teacher-forced pass is needed. The prompt is prefilled once; the paths decode after it with its
+keys and values held once where the model allows (:mod:`floorgap.models.shared_prefix`), else
+on a copy per row.
 
 Determinism. Path r draws its uniforms from its own generator, seeded by
 ``derive_seed(anchor_seed, "path", r)``. CPU and GPU matrix kernels choose their summation order
@@ -18,7 +19,6 @@ how paths are chunked or anchors sharded.
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections.abc import Mapping
@@ -29,6 +29,7 @@ import pandas as pd
 import torch
 
 from floorgap.data.anchors import anchor_contexts
+from floorgap.models.shared_prefix import decode_forward, path_cache, sibling_logits
 from floorgap.progress import progress
 from floorgap.sampling import SamplingLaw, inverse_cdf_sample
 from floorgap.seeds import derive_seed, generator_for
@@ -75,22 +76,6 @@ class SampledBlock:
         return self.probs.gather(-1, idx).squeeze(-1).T
 
 
-@torch.inference_mode()
-def path_cache(prefix_cache: Any, rows: int) -> Any:
-    """A copy of the prefilled context's cache for ``rows`` paths that can be cropped back.
-
-    A sliding-window layer (Gemma-4, Mistral) keeps only its last window - 1 positions, so
-    once the window is full, dropping a token again (``crop``) needs the states it would have
-    discarded: the copy records them until each crop (``activate_past_recording``; caches
-    without such layers have nothing to record).
-    """
-    cache = copy.deepcopy(prefix_cache)
-    cache.batch_repeat_interleave(rows)
-    if hasattr(cache, "activate_past_recording"):
-        cache.activate_past_recording()
-    return cache
-
-
 def sample_block(model: Any, context_ids: list[int], *, n_paths: int, gamma: int,
                  law: SamplingLaw, anchor_seed: int, forward_batch: int,
                  chunk_paths: int | None = None, reveal_paths: int = 0) -> SampledBlock:
@@ -103,8 +88,9 @@ def sample_block(model: Any, context_ids: list[int], *, n_paths: int, gamma: int
     ``reveal_paths`` = J > 0 also reads, for the re-weighting route of T^(1) (paper Sec. B.3),
     the target's distribution after appending the realised predecessor z*_j = Z^(j)_{k-1} of
     path j < J to *every* path's prefix Z^(s)_{<k-1}: ``revealed[k, j, s]`` =
-    p_T(. | X, Z^(s)_{<k-1}, z*_j) for k >= 1. Each costs one extra forward per step, after
-    which the cache is cropped back.
+    p_T(. | X, Z^(s)_{<k-1}, z*_j) for k >= 1. With a shared prefix the J reveals of a step
+    are one forward of J sibling tokens per row, else J forwards
+    (:func:`floorgap.models.shared_prefix.sibling_logits`); the cache is left as it was.
     """
     if n_paths < 1 or gamma < 1:
         raise ValueError("n_paths and gamma must be positive")
@@ -129,20 +115,16 @@ def sample_block(model: Any, context_ids: list[int], *, n_paths: int, gamma: int
     for lo in range(0, n_paths, chunk):
         rows = list(range(lo, min(lo + chunk, n_paths)))
         n = len(rows)
-        cache = path_cache(prefix_cache, forward_batch)
+        cache = path_cache(model, prefix_cache, forward_batch)
         p = p0.expand(forward_batch, vocab)
         z = torch.empty(0, dtype=torch.long, device=device)  # the previous slot's tokens
         for k in range(gamma):
             if k > 0:
                 if revealed is not None:
-                    for j in range(reveal_paths):
-                        z_star = tokens[j, k - 1].expand(forward_batch).to(device)
-                        logits = model(input_ids=z_star.unsqueeze(-1), cache=cache,
-                                       use_cache=True).logits[:, -1, :]
-                        revealed[k, j, lo:lo + n] = law.probs(logits)[:n].float()
-                        cache.crop(-1)  # drop the revealed token again
-                logits = model(input_ids=z.unsqueeze(-1), cache=cache,
-                               use_cache=True).logits[:, -1, :]
+                    z_star = tokens[:reveal_paths, k - 1].to(device)
+                    logits = sibling_logits(model, z_star.expand(forward_batch, -1), cache)
+                    revealed[k, :, lo:lo + n] = law.probs(logits[:n]).float().transpose(0, 1)
+                logits = decode_forward(model, z.unsqueeze(-1), cache)[:, -1, :]
                 p = law.probs(logits).float()
             probs[k, lo:lo + n] = p[:n]
             u = torch.stack([torch.rand((), dtype=torch.float64, generator=gens[r])

@@ -2,6 +2,7 @@
 
     floorgap bench estimators [--json [PATH]] [--device cpu] [--threads N]
     floorgap bench rollouts [--model-dir results/models/smollm2-135m] [--paths 64]
+                            [--forward-batch 16] [--reveal-paths 0]
     floorgap bench reveal [--model-dir results/models/smollm2-135m] [--results results]
                           [--target smollm2-135m] [--anchors-per-domain 4] [--max-reveal 8]
                           [--reveal-grid 1,2,4,8] [--bootstrap 2000] [--save-floors PATH]
@@ -175,9 +176,13 @@ def _bench_prompt(tokenizer: Any, target_tokens: int) -> list[int]:
 def run_rollouts(args: argparse.Namespace) -> list[Row]:
     """The rollout probe (one prefill shared by all paths) against ``generate`` with
     ``num_return_sequences=M`` (which prefills every copy), both returning the full-vocabulary
-    next-token distribution at every slot of every path."""
+    next-token distribution at every slot of every path; and, at each forward batch, the
+    probe on a per-row copy of the prefix's cache against the same probe with the prefix
+    shared (:mod:`floorgap.models.shared_prefix`, where the model takes it), with
+    ``--reveal-paths`` J revealed predecessors (one batched forward per step when shared)."""
     from pathlib import Path
 
+    from floorgap.models.shared_prefix import copied_prefix, shared_prefix_support
     from floorgap.models.targets import load_target
     from floorgap.probes.rollouts import sample_block
     from floorgap.sampling import SamplingLaw
@@ -188,13 +193,15 @@ def run_rollouts(args: argparse.Namespace) -> list[Row]:
     device = torch.device(args.device)
     model, tokenizer = load_target(args.model_dir, args.dtype, device)
     ctx = _bench_prompt(tokenizer, args.prompt_tokens)
-    M, gamma = args.paths, args.gamma
+    M, gamma, J = args.paths, args.gamma, args.reveal_paths
     ids = torch.tensor([ctx], device=device)
     eos = tokenizer.eos_token_id
+    why_not = shared_prefix_support(model.config)
 
-    def probe(forward_batch: int) -> Callable[[], Any]:
+    def probe(forward_batch: int, reveal: int) -> Callable[[], Any]:
         return lambda: sample_block(model, ctx, n_paths=M, gamma=gamma, law=SamplingLaw(),
-                                    anchor_seed=1, forward_batch=forward_batch)
+                                    anchor_seed=1, forward_batch=forward_batch,
+                                    reveal_paths=reveal)
 
     @torch.inference_mode()
     def baseline() -> Any:
@@ -207,11 +214,21 @@ def run_rollouts(args: argparse.Namespace) -> list[Row]:
 
     t_base = median_time(baseline, args.repeats, device)
     rows = [Row("generate(num_return_sequences=M)", t_base, "s",
-                f"M={M} gamma={gamma}, prompt {len(ctx)} tokens, {args.dtype}")]
+                f"M={M} gamma={gamma}, prompt {len(ctx)} tokens, {args.dtype}, "
+                f"shared prefix: {why_not or 'yes'}")]
     for fb in sorted({args.forward_batch, M}):
-        t = median_time(probe(fb), args.repeats, device)
-        rows += [Row(f"rollout probe, forward_batch={fb}", t, "s", "prefill once, shared cache"),
-                 Row(f"  speed-up over generate (fb={fb})", t_base / t, "x", "goal >= 3x"),
+        with copied_prefix():
+            t_copy = median_time(probe(fb, J), args.repeats, device)
+        rows.append(Row(f"rollout probe, copied prefix, forward_batch={fb}, J={J}", t_copy,
+                        "s", "prefill once, a cache copy per row, J reveal forwards per step"))
+        t = t_copy
+        if why_not is None:
+            t = median_time(probe(fb, J), args.repeats, device)
+            rows += [Row(f"rollout probe, shared prefix, forward_batch={fb}, J={J}", t, "s",
+                         "prefix KV held once, the J reveals in one forward per step"),
+                     Row(f"  shared over copied prefix (fb={fb})", t_copy / t, "x", "")]
+        rows += [Row(f"  speed-up over generate (fb={fb})", t_base / t, "x",
+                     "goal >= 3x" if J == 0 else "the probe also reads J reveals"),
                  Row(f"  throughput (fb={fb})", M * gamma / t, "tok/s",
                      "sampled tokens with full-vocabulary reads")]
     return rows
@@ -225,6 +242,8 @@ def _rollouts_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma", type=int, default=8, help="block length")
     p.add_argument("--prompt-tokens", type=int, default=300, help="approximate prompt length")
     p.add_argument("--forward-batch", type=int, default=16, help="probe forward batch")
+    p.add_argument("--reveal-paths", type=int, default=0,
+                   help="J, revealed predecessors read per step (the importance route)")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats per measurement")
 
 
