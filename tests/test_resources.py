@@ -37,12 +37,19 @@ def test_parameters_and_kv_cache_match_a_real_model():
     assert shape.kv_bytes(11, 5, 4) == stored
 
 
-def test_the_14b_rollouts_do_not_fit_an_80_gb_card():
-    """The paper config's 14B rollouts at forward_batch 32 and an 8,638-token context: weights
-    ~27.5 GiB + KV ~42.2 GiB + the revealed tensor ~8.1 GiB, over 80 GiB."""
-    shape = ModelShape.from_config(QWEN3_14B)
+def _paper_14b():
     cfg = yaml.safe_load((REPO / "workflow" / "configs" / "qwen3-14b.yaml").read_text())
     cfg["corpus"]["max_prompt_tokens"], cfg["corpus"]["max_new_tokens"] = 6583, 2048
+    return cfg
+
+
+def test_the_14b_rollouts_on_copied_prefixes_do_not_fit_an_80_gb_card():
+    """The paper config's 14B rollouts at forward_batch 32 and an 8,638-token context, the
+    context's cache copied per row (a model without a shared prefix): weights ~27.5 GiB + KV
+    ~42.2 GiB + the revealed tensor ~8.1 GiB, over 80 GiB."""
+    shape = ModelShape.from_config(QWEN3_14B)   # no model_type: no shared prefix
+    assert not shape.shared_prefix
+    cfg = _paper_14b()
     weights = shape.parameters * 2
     parts = probe_jobs(cfg, "qwen3-14b", shape, weights)["rollouts"]
     assert parts["weights"] / GIB == pytest.approx(27.5, abs=0.3)
@@ -53,6 +60,23 @@ def test_the_14b_rollouts_do_not_fit_an_80_gb_card():
     assert job.problems(80) and "GPU memory" in job.problems(80)[0]
     fb = largest_forward_batch(cfg, "qwen3-14b", shape, weights, 80)
     assert 0 < fb < 32
+
+
+def test_with_a_shared_prefix_every_path_fits_one_forward():
+    """Qwen3 holds the context once: the KV is the context's (~1.3 GiB) plus the paths' own
+    gamma + J tokens per row, and the attention scores of a forward's J queries over the
+    context (32 rows x 40 heads x 8 x 8,645 x 10 bytes, ~0.8 GiB) are counted instead; all
+    256 paths then fit one forward on an 80 GB card."""
+    shape = ModelShape.from_config({**QWEN3_14B, "model_type": "qwen3"})
+    assert shape.shared_prefix
+    cfg = _paper_14b()
+    weights = shape.parameters * 2
+    parts = probe_jobs(cfg, "qwen3-14b", shape, weights)["rollouts"]
+    context_kv = shape.kv_bytes(6583 + 2048, 1, 2)
+    assert parts["kv_cache"] == context_kv + shape.kv_bytes(7 + 8, 32, 2)
+    assert parts["attention_scores"] == 32 * 40 * 8 * (8631 + 15) * 10
+    assert sum(parts.values()) / GIB < 40
+    assert largest_forward_batch(cfg, "qwen3-14b", shape, weights, 80) == 256
 
 
 def test_floorgap_plan_on_the_smoke_config(smoke_target, tmp_path):

@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "floorgap"
 #: console entry.
 LAYERS: dict[str, int] = {
     "floorgap": 0, "errors": 0, "progress": 0, "seeds": 0, "records": 0, "config": 0,
-    "notation": 0, "resources": 0,
+    "notation": 0, "resources": 0, "attention": 0,
     "estimators": 1,
     "sampling": 2, "data": 2, "models": 2, "probes": 2, "engine_plugins": 2,
     "analysis": 3,

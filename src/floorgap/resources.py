@@ -7,7 +7,11 @@ The estimates count what dominates at paper scale and nothing else:
 * **weights**: the safetensors files of the materialised target (or, without them, the
   parameter count of its config) in the target's dtype;
 * **KV cache**: 2 x layers x kv_heads x head_dim values per token and row, for the rows of one
-  forward over the longest context the job reads;
+  forward over the longest context the job reads. Where the target decodes its paths with a
+  shared prefix (:func:`floorgap.attention.shared_prefix_support`) the rollouts and MI hold the
+  context once and only the paths' own tokens per row, and their attention scores over the
+  context ``[rows, heads, queries, context]`` (scores, their copy joined with the suffix's and
+  the float32 softmax) are counted instead;
 * **full-vocabulary tensors** the probes keep on the device in float32: the rollouts' p_k of
   every path and slot ``[gamma, M, V]`` and the revealed predecessors ``[gamma, J, M, V]``, the
   logits of one forward ``[rows, V]`` (three copies: logits, the law's softmax, the sample's
@@ -28,6 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from floorgap.attention import shared_prefix_support
 
 GIB = 1024 ** 3
 # Python, torch and CUDA context of one job in host memory (measured: ~1.5 GB for a CPU job of
@@ -51,6 +57,7 @@ class ModelShape:
     vocab: int
     tied: bool
     qk_norm: bool = False  # per-head query and key norms (Qwen3, Gemma-3/4)
+    shared_prefix: bool = False  # paths decode after a context held once
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> ModelShape:
@@ -63,7 +70,8 @@ class ModelShape:
                    intermediate=int(text["intermediate_size"]), vocab=int(text["vocab_size"]),
                    tied=bool(config.get("tie_word_embeddings",
                                         text.get("tie_word_embeddings", False))),
-                   qk_norm=str(text.get("model_type", "")).startswith(QK_NORM_MODELS))
+                   qk_norm=str(text.get("model_type", "")).startswith(QK_NORM_MODELS),
+                   shared_prefix=shared_prefix_support(config) is None)
 
     @property
     def parameters(self) -> int:
@@ -78,6 +86,17 @@ class ModelShape:
 
     def kv_bytes(self, tokens: int, rows: int, dtype_bytes: int) -> int:
         return 2 * self.layers * self.kv_heads * self.head_dim * tokens * rows * dtype_bytes
+
+    def path_parts(self, context: int, new: int, queries: int, rows: int, dtype_bytes: int
+                   ) -> dict[str, int]:
+        """The cache (and, with a shared prefix, the attention scores) of ``rows`` paths that
+        hold ``new`` tokens after ``context`` and read ``queries`` tokens per forward."""
+        if not self.shared_prefix:
+            return {"kv_cache": self.kv_bytes(context + new, rows, dtype_bytes)}
+        scores = rows * self.heads * queries * (context + new)
+        return {"kv_cache": self.kv_bytes(context, 1, dtype_bytes)
+                + self.kv_bytes(new, rows, dtype_bytes),
+                "attention_scores": scores * (3 * dtype_bytes + 4)}
 
 
 @dataclass
@@ -131,11 +150,16 @@ def probe_jobs(settings: Mapping[str, Any], target: str, shape: ModelShape, weig
     ro = cfg["rollouts"]
     fb, m, j = int(ro["forward_batch"]), int(ro["paths"]), int(ro["reveal_paths"])
     v = shape.vocab
-    rollouts = {"weights": weights, "kv_cache": shape.kv_bytes(context + gamma, fb, b),
+    # with a shared prefix the J reveals of a step are one forward of J queries per row
+    reads = max(j, 1) if shape.shared_prefix else 1
+    rollouts = {"weights": weights, **shape.path_parts(context, gamma + j, reads, fb, b),
                 "path_probs": gamma * m * v * 4, "revealed": gamma * j * m * v * 4,
-                "logits": _logits(fb, v)}
+                "logits": _logits(fb * reads, v)}
+    variants = {"weights": weights, **shape.path_parts(context, gamma, 1, fb, b),
+                "path_probs": gamma * m * v * 4, "logits": _logits(fb, v)}
     mi_paths = max(int(cfg["mi"]["paths"]), int(cfg["mi"]["screen_paths"]))
-    mi = {"weights": weights, "kv_cache": shape.kv_bytes(context + gamma, fb, b),
+    # MI's conditioned reads append up to gamma tokens per row in one forward
+    mi = {"weights": weights, **shape.path_parts(context, gamma, gamma, fb, b),
           "path_probs": gamma * mi_paths * v * 4, "logits": _logits(fb, v)}
     cb = int(cfg["corpus"]["batch_size"])
     corpus = {"weights": weights, "kv_cache": shape.kv_bytes(context, cb, b),
@@ -145,7 +169,7 @@ def probe_jobs(settings: Mapping[str, Any], target: str, shape: ModelShape, weig
     seq = int(cfg["corpus"]["max_prompt_tokens"]) + int(td["max_new_tokens"])
     drafter_data = {"weights": weights, "kv_cache": shape.kv_bytes(seq, tb, b),
                     "teacher_forced_logits": 2 * seq * v * 4}
-    return {"rollouts": rollouts, "mi": mi, "floor_variants": dict(rollouts, revealed=0),
+    return {"rollouts": rollouts, "mi": mi, "floor_variants": variants,
             "corpus": corpus, "drafter_data": drafter_data,
             "serving": {"weights": weights}, "api_floors": {"weights": weights}}
 

@@ -10,8 +10,9 @@ import torch
 from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig,
                           MistralConfig, Qwen3Config)
 
+from floorgap.attention import shared_prefix_support
 from floorgap.models.shared_prefix import (SharedPrefixCache, copied_prefix, decode_forward,
-                                           path_cache, shared_prefix_support, sibling_logits)
+                                           path_cache, sibling_logits)
 
 SMALL = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2)
@@ -126,3 +127,24 @@ def test_models_that_cannot_share_say_why_and_keep_the_copy(config, reason) -> N
 
 def test_qwen3_without_its_window_shares() -> None:
     assert shared_prefix_support(Qwen3Config(**SMALL, sliding_window=4096)) is None
+
+
+def test_config_files_read_as_their_configs() -> None:
+    """The memory plan reads config.json mappings: the same answer as the config objects."""
+    import json
+    from pathlib import Path
+
+    from floorgap.models.model_cards import published_config
+
+    here = Path(__file__).parent / "target_configs"
+    assert shared_prefix_support(json.loads((here / "smollm2-135m/config.json").read_text())) \
+        is None
+    assert "model type" in shared_prefix_support(
+        json.loads((here / "gemma3-270m/config.json").read_text()))
+    qwen = published_config("Qwen/Qwen3-4B")
+    assert shared_prefix_support(qwen) is None
+    assert shared_prefix_support(qwen.to_dict()) is None
+    assert "sliding window" in shared_prefix_support({**qwen.to_dict(), "use_sliding_window": True,
+                                                      "sliding_window": 64})
+    assert "sliding window" in shared_prefix_support({"model_type": "mistral",
+                                                      "sliding_window": 4096})

@@ -16,12 +16,8 @@ one position in one forward (the revealed predecessors z*_j of the importance ro
 App. C.2): every new token sees the prefix, the suffix cached before the forward and itself,
 never its siblings, and all take the same position; the caller crops them afterwards.
 
-Which models take it is read from the model's config (:func:`shared_prefix_support`): the
-decoder's attention must be full causal attention over all positions with plain scaled
-dot-product scores. Sliding-window layers (Gemma-2/3/4, Mistral with a window, Qwen with
-``use_sliding_window``), attention-logit soft-capping, attention sinks, per-layer shapes
-(``per_layer_config``) and layer-shared KV are refused with the reason, and those models keep
-the copied cache.
+Which models take it is read from the model's config
+(:func:`floorgap.attention.shared_prefix_support`); the others keep the copied cache.
 """
 
 from __future__ import annotations
@@ -34,36 +30,9 @@ import torch
 from transformers import AttentionInterface
 from transformers.cache_utils import Cache, DynamicLayer
 
+from floorgap.attention import shared_prefix_support
+
 ATTENTION_NAME = "floorgap_shared_prefix"
-
-# Decoder families whose attention modules call the configured attention function with
-# (query, suffix keys, suffix values, scaling) and nothing else that changes the scores, and
-# whose layer index is the cache's: checked against their modelling code.
-SUPPORTED_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
-
-
-def _text_config(config: Any) -> Any:
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
-def shared_prefix_support(config: Any) -> str | None:
-    """None when models of ``config`` decode with a shared prefix, else the reason they do not."""
-    cfg = _text_config(config)
-    kind = getattr(cfg, "model_type", None)
-    if kind not in SUPPORTED_MODEL_TYPES:
-        return f"model type {kind!r} is not one of {sorted(SUPPORTED_MODEL_TYPES)}"
-    layer_types = set(getattr(cfg, "layer_types", None) or ())
-    if layer_types - {"full_attention"}:
-        return f"layer types {sorted(layer_types)} (only full attention shares a prefix)"
-    # Qwen2/3 keep a window size with use_sliding_window off; their layer_types tell.
-    if not layer_types and getattr(cfg, "sliding_window", None):
-        return f"sliding window {cfg.sliding_window}"
-    if getattr(cfg, "is_heterogeneous", False):
-        return "layers of different shapes (per_layer_config)"
-    for field in ("attn_logit_softcapping", "num_kv_shared_layers"):
-        if getattr(cfg, field, None):
-            return f"{field} is set"
-    return None
 
 
 class SharedPrefixLayer(DynamicLayer):
