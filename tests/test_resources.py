@@ -50,6 +50,7 @@ def test_the_14b_rollouts_on_copied_prefixes_do_not_fit_an_80_gb_card():
     shape = ModelShape.from_config(QWEN3_14B)   # no model_type: no shared prefix
     assert not shape.shared_prefix
     cfg = _paper_14b()
+    cfg["rollouts"]["forward_batch"] = 32
     weights = shape.parameters * 2
     parts = probe_jobs(cfg, "qwen3-14b", shape, weights)["rollouts"]
     assert parts["weights"] / GIB == pytest.approx(27.5, abs=0.3)
@@ -65,18 +66,46 @@ def test_the_14b_rollouts_on_copied_prefixes_do_not_fit_an_80_gb_card():
 def test_with_a_shared_prefix_every_path_fits_one_forward():
     """Qwen3 holds the context once: the KV is the context's (~1.3 GiB) plus the paths' own
     gamma + J tokens per row, and the attention scores of a forward's J queries over the
-    context (32 rows x 40 heads x 8 x 8,645 x 10 bytes, ~0.8 GiB) are counted instead; all
+    context (256 rows x 40 heads x 8 x 8,646 x 10 bytes, ~6.6 GiB) are counted instead; all
     256 paths then fit one forward on an 80 GB card."""
     shape = ModelShape.from_config({**QWEN3_14B, "model_type": "qwen3"})
     assert shape.shared_prefix
     cfg = _paper_14b()
+    cfg["rollouts"]["forward_batch"] = 256
     weights = shape.parameters * 2
     parts = probe_jobs(cfg, "qwen3-14b", shape, weights)["rollouts"]
-    context_kv = shape.kv_bytes(6583 + 2048, 1, 2)
-    assert parts["kv_cache"] == context_kv + shape.kv_bytes(7 + 8, 32, 2)
-    assert parts["attention_scores"] == 32 * 40 * 8 * (8631 + 15) * 10
-    assert sum(parts.values()) / GIB < 40
+    assert parts["kv_cache"] == shape.kv_bytes(8631, 1, 2) + shape.kv_bytes(7 + 8, 256, 2)
+    assert parts["attention_scores"] == 256 * 40 * 8 * (8631 + 15) * 10
+    assert sum(parts.values()) / GIB < 60
     assert largest_forward_batch(cfg, "qwen3-14b", shape, weights, 80) == 256
+
+
+@pytest.mark.parametrize("name", ["qwen3-4b", "qwen3-8b", "qwen3-14b", "paper-cross-target"])
+def test_paper_configs_decode_with_the_largest_forward_batch_that_fits(name):
+    """Each Qwen3 target's rollouts.forward_batch is the plan's largest on its published config
+    and the config's GPU (cluster.gpu_memory_gb), the longest context of its corpus."""
+    from snakemake.utils import validate
+
+    from floorgap.config import resolve
+    from floorgap.models.model_cards import PUBLISHED_CONFIGS
+    from floorgap.resources import DTYPE_BYTES
+
+    cfg = yaml.safe_load((REPO / "workflow" / "configs" / f"{name}.yaml").read_text())
+    validate(cfg, schema=str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    spec = resolve(cfg)
+    checked = 0
+    for target in spec.targets:
+        hub = cfg["targets"][target]["source"].get("id")
+        if hub not in PUBLISHED_CONFIGS:
+            continue
+        settings = spec.settings(target)
+        shape = ModelShape.from_config(PUBLISHED_CONFIGS[hub])
+        weights = shape.parameters * DTYPE_BYTES[settings["targets"][target]["dtype"]]
+        best = largest_forward_batch(settings, target, shape, weights,
+                                     float(cfg["cluster"]["gpu_memory_gb"]))
+        assert settings["rollouts"]["forward_batch"] == best, (target, best)
+        checked += 1
+    assert checked >= 1
 
 
 def test_floorgap_plan_on_the_smoke_config(smoke_target, tmp_path):
