@@ -76,6 +76,7 @@ class SampledBlock:
         return self.probs.gather(-1, idx).squeeze(-1).T
 
 
+@torch.inference_mode()
 def sample_block(model: Any, context_ids: list[int], *, n_paths: int, gamma: int,
                  law: SamplingLaw, anchor_seed: int, forward_batch: int,
                  chunk_paths: int | None = None, reveal_paths: int = 0) -> SampledBlock:

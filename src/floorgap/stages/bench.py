@@ -15,6 +15,8 @@ are drawn with fixed seeds so runs are comparable.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import statistics
 import time
@@ -173,13 +175,133 @@ def _bench_prompt(tokenizer: Any, target_tokens: int) -> list[int]:
     return best
 
 
+class _ForwardCounter:
+    """Counts the forwards of ``model`` and the prefix copies of the rollout probe's caches
+    (rows of a copied prefix; 1 for a shared one) while active."""
+
+    def __init__(self, model: Any) -> None:
+        self.model, self.forwards, self.prefix_copies = model, 0, 0
+
+    def __enter__(self) -> _ForwardCounter:
+        import floorgap.probes.rollouts as rollouts
+        from floorgap.models.shared_prefix import SharedPrefixCache
+
+        self._rollouts, self._path_cache = rollouts, rollouts.path_cache
+
+        def counted(model: Any, prefix_cache: Any, rows: int) -> Any:
+            cache = self._path_cache(model, prefix_cache, rows)
+            self.prefix_copies += 1 if isinstance(cache, SharedPrefixCache) else rows
+            return cache
+
+        rollouts.path_cache = counted
+        self._hook = self.model.register_forward_pre_hook(
+            lambda *_: setattr(self, "forwards", self.forwards + 1))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._rollouts.path_cache = self._path_cache
+        self._hook.remove()
+
+
+def _shape_model(name: str, layers: int | None, dtype: str, device: torch.device) -> Any:
+    """A random-weight model of the published config ``name`` (``--shape``), ``layers`` deep
+    when given (the widths kept: the count of forwards does not depend on depth)."""
+    from floorgap.models.model_cards import published_config
+    from floorgap.models.targets import torch_dtype
+
+    config = published_config(name)
+    if layers:
+        config.num_hidden_layers = int(layers)
+        if getattr(config, "layer_types", None):
+            config.layer_types = config.layer_types[:int(layers)]
+    torch.manual_seed(0)
+    default = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch_dtype(dtype))
+        with torch.device(device):
+            from transformers import AutoModelForCausalLM
+            return AutoModelForCausalLM.from_config(config).eval()
+    finally:
+        torch.set_default_dtype(default)
+
+
+BASELINE = "copied prefix (today's probe)"
+
+
+def _shape_rollouts(args: argparse.Namespace) -> list[Row]:
+    """``--shape``: the probe at a paper target's real widths on random weights and random
+    context tokens: today's probe (copied prefix, ``--baseline-forward-batch``, J forwards per
+    step) against the shared prefix (``--forward-batch``), seconds per anchor, forwards per
+    anchor, prefix copies, peak device memory beside the plan."""
+    from floorgap.models.model_cards import PUBLISHED_CONFIGS
+    from floorgap.models.shared_prefix import copied_prefix
+    from floorgap.probes.rollouts import sample_block
+    from floorgap.resources import DTYPE_BYTES, GIB, PROCESS_BYTES, ModelShape, probe_jobs
+    from floorgap.sampling import SamplingLaw
+
+    names = {h.split("/")[-1].lower(): h for h in PUBLISHED_CONFIGS}
+    hub = names.get(args.shape)
+    if hub is None:
+        raise SystemExit(f"--shape {args.shape}: one of {sorted(names)}")
+    device = torch.device(args.device)
+    model = _shape_model(hub, args.layers, args.dtype, device)
+    shape = ModelShape.from_config({**PUBLISHED_CONFIGS[hub],
+                                    "num_hidden_layers": model.config.num_hidden_layers})
+    gen = torch.Generator().manual_seed(1)
+    ctx = torch.randint(0, shape.vocab - 1000, (args.context,), generator=gen).tolist()
+    M, gamma, J = args.paths, args.gamma, args.reveal_paths
+    depth = (f"{model.config.num_hidden_layers} of "
+             f"{PUBLISHED_CONFIGS[hub]['num_hidden_layers']} layers")
+    rows = [Row(f"{hub} shape, random weights", None, "",
+                f"{depth}, {args.dtype}, context {args.context}, M={M} gamma={gamma} J={J}")]
+    times = {}
+    for label, fb, ctxm in ((BASELINE, args.baseline_forward_batch, copied_prefix),
+                            ("shared prefix", args.forward_batch, None)):
+        def once(seed: int) -> None:
+            sample_block(model, ctx, n_paths=M, gamma=gamma, law=SamplingLaw(),
+                         anchor_seed=seed, forward_batch=fb, reveal_paths=J)
+        with ctxm() if ctxm else contextlib.nullcontext():
+            once(0)   # warm-up
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+                torch.cuda.reset_peak_memory_stats(device)
+            with _ForwardCounter(model) as counter:
+                start = time.perf_counter()
+                for r in range(args.repeats):
+                    once(r + 1)
+                _sync(device)
+                times[label] = (time.perf_counter() - start) / args.repeats
+        peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+        settings = {"targets": {"t": {"dtype": args.dtype}}, "anchors": {"gamma": gamma},
+                    "corpus": {"max_prompt_tokens": args.context, "max_new_tokens": 0,
+                               "batch_size": 1},
+                    "rollouts": {"forward_batch": fb, "paths": M, "reveal_paths": J},
+                    "mi": {"paths": M, "screen_paths": M},
+                    "drafters": {"training_data": {"max_new_tokens": 0}}}
+        plan_shape = shape if ctxm is None else dataclasses.replace(shape, shared_prefix=False)
+        weights = plan_shape.parameters * DTYPE_BYTES[args.dtype]
+        plan = sum(probe_jobs(settings, "t", plan_shape, weights)["rollouts"].values())
+        rows += [Row(f"{label}, forward_batch={fb}", times[label], "s/anchor", ""),
+                 Row("  forwards per anchor", counter.forwards / args.repeats, "",
+                     "prefill, decode steps and reveal reads"),
+                 Row("  prefix KV copies per anchor", counter.prefix_copies / args.repeats, "",
+                     "rows holding the context's keys and values"),
+                 Row("  peak device memory", None if peak is None else peak / GIB, "GiB",
+                     f"plan {(plan + PROCESS_BYTES * (device.type == 'cuda')) / GIB:.1f} GiB "
+                     "(floorgap.resources)")]
+    rows.append(Row("shared over copied prefix", times[BASELINE] / times["shared prefix"], "x",
+                    "same run"))
+    return rows
+
+
 def run_rollouts(args: argparse.Namespace) -> list[Row]:
     """The rollout probe (one prefill shared by all paths) against ``generate`` with
     ``num_return_sequences=M`` (which prefills every copy), both returning the full-vocabulary
     next-token distribution at every slot of every path; and, at each forward batch, the
     probe on a per-row copy of the prefix's cache against the same probe with the prefix
     shared (:mod:`floorgap.models.shared_prefix`, where the model takes it), with
-    ``--reveal-paths`` J revealed predecessors (one batched forward per step when shared)."""
+    ``--reveal-paths`` J revealed predecessors (one batched forward per step when shared).
+    ``--shape``: at a paper target's widths instead (:func:`_shape_rollouts`)."""
     from pathlib import Path
 
     from floorgap.models.shared_prefix import copied_prefix, shared_prefix_support
@@ -187,6 +309,8 @@ def run_rollouts(args: argparse.Namespace) -> list[Row]:
     from floorgap.probes.rollouts import sample_block
     from floorgap.sampling import SamplingLaw
 
+    if args.shape:
+        return _shape_rollouts(args)
     if not Path(args.model_dir, "floorgap_model.json").is_file():
         raise SystemExit(f"{args.model_dir} is not a materialised target; build it with "
                          f"`snakemake --cores all {args.model_dir}`")
@@ -245,6 +369,15 @@ def _rollouts_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reveal-paths", type=int, default=0,
                    help="J, revealed predecessors read per step (the importance route)")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats per measurement")
+    p.add_argument("--shape", default=None, metavar="qwen3-4b|qwen3-8b|qwen3-14b",
+                   help="a paper target's published shape on random weights instead of a "
+                        "materialised model (floorgap.models.model_cards)")
+    p.add_argument("--layers", type=int, default=None,
+                   help="with --shape: this many layers (CPU; forwards per anchor do not "
+                        "depend on depth)")
+    p.add_argument("--context", type=int, default=1024, help="with --shape: context tokens")
+    p.add_argument("--baseline-forward-batch", type=int, default=32,
+                   help="with --shape: forward batch of the copied-prefix baseline")
 
 
 BENCHMARKS["rollouts"] = ("rollout probe vs generate(num_return_sequences=M)",
