@@ -135,3 +135,26 @@ def test_sharding_does_not_change_records(smoke_records):
                                                                           kind="stable")
         pd.testing.assert_frame_equal(whole.reset_index(drop=True),
                                       parts.reset_index(drop=True), check_exact=True)
+
+
+def test_the_shared_prefix_reproduces_the_copied_prefix_on_real_anchors(
+        default_domain_records) -> None:
+    """SmolLM2 (the default's first target, llama) in float32 at every anchor of the default
+    records: the shared prefix (one forward of the J reveals per step) and today's copied
+    prefix (J forwards) sample the same tokens; probabilities and revealed reads agree within
+    1e-5."""
+    from floorgap.data.anchors import anchor_contexts
+    from floorgap.models.shared_prefix import copied_prefix
+
+    _, _, model_dir, corpus, anchors, _ = default_domain_records
+    model = load_target(model_dir, "float32", "cpu")[0]
+    table = read_table(anchors)
+    worst = 0.0
+    for ctx, seed in zip(anchor_contexts(read_table(corpus), table), table.anchor_seed):
+        shared = _block(model, ctx, int(seed), reveal_paths=2)
+        with copied_prefix():
+            copied = _block(model, ctx, int(seed), reveal_paths=2)
+        assert torch.equal(shared.tokens, copied.tokens)
+        worst = max(worst, float((shared.probs - copied.probs).abs().max()),
+                    float((shared.revealed[1:] - copied.revealed[1:]).abs().max()))
+    assert len(table) >= 3 and worst < 1e-5, worst
