@@ -43,6 +43,15 @@ if [ "$CHECK" = 1 ]; then
     resolve ".venv-sglang" -r envs/sglang-requirements.txt
     exit 0
 fi
+# A second run with the same pins and the same flags installs nothing: the stamp in .venv holds
+# the hash of every requirement file, pyproject.toml and the flags of the run that finished.
+PINS=$(cat envs/*.txt pyproject.toml | sha256sum | cut -d' ' -f1)-gpu$GPU
+STAMP=.venv/.floorgap-install
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PINS" ] && command -v latexmk >/dev/null \
+        && [ -x .venv-serving/bin/python ] && .venv/bin/python -c "import floorgap" 2>/dev/null; then
+    echo "floorgap already installed in .venv with these pins ($STAMP); nothing to do"
+    exit 0
+fi
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
@@ -98,4 +107,5 @@ if ! command -v latexmk >/dev/null; then
         echo "  sudo apt-get install ${TEX_PACKAGES[*]}" >&2
     fi
 fi
+echo "$PINS" > "$STAMP"
 echo "floorgap installed in .venv ($(.venv/bin/python -c 'import floorgap; print(floorgap.__version__)'))"

@@ -199,3 +199,21 @@ def test_console_help_lists_every_stage(capsys) -> None:
     for stage in STAGES:
         assert f"  {stage} " in out
     assert main(["no-such-stage"]) == 2
+
+
+#: Report modules whose items read summaries only: they load without torch, so each of their
+#: report jobs (one process per item) skips the tensor stack's import.
+TORCH_FREE_REPORTS = ("registry", "common", "floor_items", "gap_items", "serving_items",
+                      "budget_items", "decomposition")
+
+
+def test_summary_only_report_modules_load_without_torch() -> None:
+    import subprocess
+    import sys
+
+    mods = ", ".join(f"floorgap.reports.{m}" for m in TORCH_FREE_REPORTS)
+    code = (f"import sys, {mods}; "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "[]", res.stdout

@@ -296,13 +296,18 @@ def test_renamed_drafters_build_every_item(smoke_run: Path, tmp_path: Path) -> N
 def test_kill_mid_dag_then_rerun_gives_the_same_records(smoke_run: Path, tmp_path: Path) -> None:
     """kill -9 of Snakemake and its running jobs in the middle of the smoke DAG, then
     `--unlock` and a rerun: the final records equal those of the uninterrupted run. The
-    floor half's records are copied from the smoke run, so what is killed and rerun is the
-    drafter half, the DAG's longest jobs: killed while drafters train, finished by the rerun."""
+    floor half's records and the drafter training data are copied from the smoke run, so what
+    is killed and rerun is the drafter half, the DAG's longest jobs: killed while drafters
+    train, finished by the rerun. Both runs target exactly the records the hashes compare
+    (the drafter evaluations and the gap summaries), not the reports and serving after them."""
     work = tmp_path / "killed"
-    drafter_half = {"drafter_data", "drafters", "drafter_eval", "gaps", "export", "serving",
-                    "serving_replay", "serving_summary", "decomposition", "explore", "logs"}
+    drafter_half = {"drafters", "drafter_eval", "gaps", "export", "serving", "serving_replay",
+                    "serving_summary", "decomposition", "explore", "logs"}
     copy_results(smoke_run, work, drafter_half)
-    proc = subprocess.Popen(snakemake_cmd(*smoke_targets(), "--cores", "2", "--configfile",
+    hashed = _record_hashes(smoke_run)
+    rerun = sorted(p for p in hashed if Path(p).parts[2] in drafter_half)
+    assert {Path(p).parts[2] for p in rerun} == {"drafter_eval", "gaps"}
+    proc = subprocess.Popen(snakemake_cmd(*rerun, "--cores", "2", "--configfile",
                                           str(SMOKE_CONFIG)),
                             cwd=work, env=snakemake_env(), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -316,14 +321,53 @@ def test_kill_mid_dag_then_rerun_gives_the_same_records(smoke_run: Path, tmp_pat
     assert proc.poll() is None, "the DAG ended before the kill"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert not (work / "paper" / "values.tex").exists()
+    assert not all((work / p).exists() for p in rerun)
     assert snakemake("--unlock", "--cores", "1", "--configfile", str(SMOKE_CONFIG),
                      cwd=work).returncode == 0
-    res = snakemake(*smoke_targets(), "--cores", "2", "--rerun-incomplete", "--configfile",
+    res = snakemake(*rerun, "--cores", "2", "--rerun-incomplete", "--configfile",
                     str(SMOKE_CONFIG), cwd=work)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    before, after = _record_hashes(smoke_run), _record_hashes(work)
-    assert len(after) > 50 and after == before
+    after = _record_hashes(work)
+    assert len(after) > 50 and after == hashed
+
+
+def test_the_served_trimmed_drafter_accepts_as_replayed(smoke_run: Path) -> None:
+    """The smoke DAG serves its DFlash drafter, trained with a trimmed draft vocabulary and a
+    mask embedding and exported as vLLM's DFlash model loads them (draft_vocab_size, d2t,
+    mask_embedding.pt), and replays every served round on the project's import of the same
+    folder. The engine reads the map and the embedding as the project does: every request
+    drafts gamma tokens per round; at temperature 0 every complete round accepts exactly the
+    drafts before the first whose argmax differs from the target's (TV > 0); at temperature 1
+    the accepted drafts agree with the exact trial probabilities 1 - TV (|z| < 4) and the
+    served tokens are draws from the target's law (lossless test, |z| < 4)."""
+    from floorgap.estimators.served import acceptance_test, lossless_z
+
+    cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
+    target = next(iter(cfg["targets"]))
+    gamma = int(cfg["anchors"]["gamma"])
+    entry = cfg["drafters"]["variants"]["dflash"]
+    assert entry.get("vocab") and entry.get("mask_embedding")
+    run = smoke_run / "results" / target
+    served = json.loads((run / "export" / "dflash" / "dflash" / "config.json").read_text())
+    assert served["draft_vocab_size"] == entry["vocab"]
+    assert (run / "export" / "dflash" / "dflash" / "mask_embedding.pt").is_file()
+    requests = pd.read_parquet(run / "serving" / "dflash" / "requests.parquet")
+    assert len(requests) and (requests.draft_tokens == gamma * requests.verify_steps).all()
+    rounds = pd.read_parquet(run / "serving_replay" / "dflash" / "rounds.parquet")
+    done = rounds[rounds.complete]
+    greedy = done[done.temperature == 0.0]
+    assert len(greedy) >= 10
+    for accepted, tv in zip(greedy.accepted, greedy.tv):
+        matches = [float(x) == 0.0 for x in tv] + [False]
+        assert accepted == matches.index(False), (accepted, tv)
+    sampled = done[done.temperature == 1.0]
+    test = acceptance_test(torch.tensor(sampled.accepted.to_numpy()),
+                           torch.tensor([list(t) for t in sampled.tv], dtype=torch.float64))
+    assert test.trials >= 30 and abs(test.z) < 4, test
+    every = rounds[rounds.temperature == 1.0].dropna(subset=["lossless_score"])
+    z = lossless_z(torch.tensor(every.lossless_score.to_numpy()),
+                   torch.tensor(every.lossless_var.to_numpy()))
+    assert len(every) and abs(z) < 4, z
 
 
 def test_explore_notebook_runs_on_the_records(smoke_run: Path) -> None:

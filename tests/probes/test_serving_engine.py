@@ -287,38 +287,6 @@ def test_served_rounds_match_their_offline_replay(engine_inputs, served_dflash) 
     _check_rounds_replay(model_dir, folder, rows, gamma, served_dflash)
 
 
-@pytest.mark.slow
-def test_a_trimmed_vocabulary_and_mask_embedding_serve_as_replayed(engine_inputs, smoke_target,
-                                                                   tmp_path) -> None:
-    """A DFlash drafter with a trimmed draft vocabulary (draft_vocab_size, d2t, its head rows)
-    and a trained mask embedding (mask_embedding.pt), exported as vLLM's DFlash model loads
-    them, serves with rounds equal to the offline replay of the project's import (the same
-    checks as the full-vocabulary drafter): the engine reads d2t's offsets and the mask
-    embedding as the project does."""
-    from floorgap.models.drafter_training import drafter_config
-    from floorgap.models.drafters import build_drafter
-    from floorgap.models.engine_formats import export_drafter
-    from floorgap.models.targets import load_target
-
-    model_dir, _, rows, gamma = engine_inputs
-    cfg = smoke_target[0]
-    model, _ = load_target(model_dir)
-    vocab = int(model.get_output_embeddings().weight.shape[0])
-    # a random 2,000 of the target's tokens: the map, not the proposals, is under test
-    torch.manual_seed(0)
-    draft = sorted(set(torch.randperm(vocab)[:2000].tolist()))
-    dc = drafter_config({"kind": "dflash", "layers": 1, "mask_embedding": True},
-                        cfg["drafters"]["taps"], gamma, model.config, draft_vocab=draft)
-    drafter = build_drafter(dc, model)
-    folder = export_drafter(drafter, tmp_path / "trimmed", "dflash")
-    assert (folder / "mask_embedding.pt").is_file()
-    served = _serve(model_dir, rows, gamma, kind="dflash", drafter=folder,
-                    temperatures=(0.0, 1.0), tmp=tmp_path)
-    for requests, _ in served.values():
-        assert all(r.draft_tokens == gamma * r.verify_steps for r in requests)
-    _check_rounds_replay(model_dir, folder, rows, gamma, served)
-
-
 def test_a_server_dies_with_the_stage_that_started_it() -> None:
     """kill -9 of the process that started a server (a killed workflow job) ends the server too
     (PR_SET_PDEATHSIG), so no server is left holding its port."""

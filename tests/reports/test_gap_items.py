@@ -249,7 +249,7 @@ def test_lookup_tables_get_rows_lines_and_a_verdict(tmp_path):
     in their csv, and the verdict macro naming where a drafter loses to a table."""
     import pandas as pd
 
-    from floorgap.analysis.gaps import lookup_verdicts
+    from floorgap.analysis.lookup_verdicts import lookup_verdicts
     from floorgap.reports.gap_items import GapSummary
 
     variants = {"dflash": {"order": 0}, "dspark": {"order": 1}, "ours": {"order": 1},

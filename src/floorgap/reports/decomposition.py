@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from floorgap.analysis.gaps import LOOKUP_DIFF, LookupVerdict, lookup_verdicts
+from floorgap.analysis.lookup_verdicts import LOOKUP_DIFF, LookupVerdict, lookup_verdicts
 from floorgap.records import atomic_path
 from floorgap.reports.common import LongSummary, fmt, fmt_interval, fmt_pct
 from floorgap.reports.gap_items import GapSummary

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from floorgap.analysis.gaps import lookup_verdicts
+from floorgap.analysis.lookup_verdicts import lookup_verdicts
 from floorgap.config import KIND_ORDER
 from floorgap.reports.common import (
     LongSummary,

@@ -35,12 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.analysis.gaps import (
-        load_records,
-        lookup_verdicts,
-        per_anchor_floor_check,
-        summarise,
-    )
+    from floorgap.analysis.gaps import load_records, per_anchor_floor_check, summarise
+    from floorgap.analysis.lookup_verdicts import lookup_verdicts
     from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED
     from floorgap.records import write_table
 
