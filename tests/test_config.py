@@ -103,15 +103,40 @@ def test_renamed_variants_carry_through_every_spec() -> None:
         (lambda d: d["components"].update(baseline="nope"), "is not one of the arms"),
         (lambda d: d.update(trajectory=["nope"]), "which are not drafters.variants"),
         (lambda d: d["roles"].update(ours="nope"), "drafters.roles.ours"),
+        (lambda d: d["roles"].update(order1="nope"), "drafters.roles.order1"),
         (lambda d: d["roles"].update(order0="dspark"), "must be of kind dflash"),
     ],
-    ids=["arm-like-variant", "unknown-baseline", "unknown-trajectory", "unknown-role", "order0-kind"],
+    ids=["arm-like-variant", "unknown-baseline", "unknown-trajectory", "unknown-role",
+         "unknown-order1", "order0-kind"],
 )
 def test_inconsistent_sections_are_refused(mutate, needle: str) -> None:
     cfg = smoke()
     mutate(cfg["drafters"])
     with pytest.raises(ConfigError, match=needle):
         resolve(cfg)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "needle"),
+    [
+        (lambda c: c["anchors"].update(per_domian=3), "per_domian"),
+        (lambda c: c.update(sed=1), "sed"),
+        (lambda c: c["anchors"].update(per_domain=-4), "-4"),
+        (lambda c: c["corpus"].update(batch_size="eight"), "eight"),
+    ],
+    ids=["misspelt-nested-key", "unknown-top-key", "negative-count", "wrong-type"],
+)
+def test_the_schema_refuses_a_bad_config_by_name(mutate, needle: str) -> None:
+    """What the Snakefile's validation (workflow/rules/common.smk) refuses before any job; the
+    real command's refusal is tested in tests/integration/test_workflow.py."""
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    cfg = smoke()
+    mutate(cfg)
+    with pytest.raises(WorkflowError, match="Error validating config file") as err:
+        validate(cfg, schema=str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    assert needle in str(err.value)
 
 
 def test_unknown_primary_target_is_refused() -> None:

@@ -44,15 +44,12 @@ def test_default_config_dry_run_lists_jobs(tmp_path: Path) -> None:
         assert rule in out
 
 
+# The refusals by the schema and by the consistency checks are tested case by case in
+# tests/test_config.py (in process); here one case of each goes through the real command.
 @pytest.mark.parametrize(
     ("mutate", "needle"),
-    [
-        (lambda c: c["anchors"].update(per_domian=3), "per_domian"),
-        (lambda c: c.update(sed=1), "sed"),
-        (lambda c: c["anchors"].update(per_domain=-4), "-4"),
-        (lambda c: c["corpus"].update(batch_size="eight"), "eight"),
-    ],
-    ids=["misspelt-nested-key", "unknown-top-key", "negative-count", "wrong-type"],
+    [(lambda c: c["anchors"].update(per_domian=3), "per_domian")],
+    ids=["misspelt-nested-key"],
 )
 def test_bad_config_is_refused_before_any_job(tmp_path: Path, mutate, needle: str) -> None:
     cfg = _write_config(tmp_path / "bad.yaml", mutate)
@@ -66,16 +63,8 @@ def test_bad_config_is_refused_before_any_job(tmp_path: Path, mutate, needle: st
 
 @pytest.mark.parametrize(
     ("mutate", "needle"),
-    [
-        (lambda c: c["drafters"]["components"]["arms"].update(dspark={"kind": "dspark",
-                                                                      "layers": 1}),
-         "reuses the variant name"),
-        (lambda c: c["drafters"]["components"].update(baseline="nope"), "is not one of the arms"),
-        (lambda c: c["drafters"].update(trajectory=["nope"]), "which are not drafters.variants"),
-        (lambda c: c["drafters"]["roles"].update(order1="nope"), "drafters.roles.order1"),
-    ],
-    ids=["arm-named-like-a-variant", "unknown-baseline", "unknown-trajectory-variant",
-         "unknown-role"],
+    [(lambda c: c["drafters"]["roles"].update(order1="nope"), "drafters.roles.order1")],
+    ids=["unknown-role"],
 )
 def test_inconsistent_drafter_sections_are_refused(tmp_path: Path, mutate, needle: str) -> None:
     cfg = _write_config(tmp_path / "bad.yaml", mutate)
