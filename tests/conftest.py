@@ -27,6 +27,19 @@ DEFAULT_CONFIG = REPO / "config.yaml"
 SERVING_PYTHON = REPO / ".venv-serving" / "bin" / "python"
 
 
+def pytest_configure(config) -> None:
+    """The tests never reach a SLURM controller (the rehearsal through SLURM is CI's next
+    step). Every Snakemake process imports the SLURM executor plugin, which asks `scontrol show
+    config` for MinJobAge; where SLURM's client is installed and no controller runs (CI installs
+    the cluster first and starts it after the tests), that call waits ~9 s in each of the
+    suite's Snakemake runs. An empty SLURM configuration makes it fail at once."""
+    import tempfile
+
+    empty = Path(tempfile.gettempdir()) / "floorgap-tests-no-slurm.conf"
+    empty.write_text("")
+    os.environ["SLURM_CONF"] = str(empty)
+
+
 def snakemake_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a workflow run: PATH without this environment's bin folder (the
     workflow itself must make its jobs find the `floorgap` command), plus ``extra``."""
