@@ -11,10 +11,10 @@ row. Attention (:func:`shared_prefix_attention`, registered with transformers'
 against the row's suffix, and normalises the two parts together: one softmax over
 [prefix; suffix] scores is the exact log-sum-exp merge of the two partial attentions.
 
-The suffix mask is causal by default. ``tree=True`` reads several alternative next tokens at
-one position in one forward (the revealed predecessors z*_j of the importance route, paper
-App. C.2): every new token sees the prefix, the suffix cached before the forward and itself,
-never its siblings, and all take the same position; the caller crops them afterwards.
+The suffix mask is causal (:func:`decode_forward`). :func:`sibling_logits` reads several
+alternative next tokens at one position in one forward (the revealed predecessors z*_j of the
+importance route, paper App. C.2): every new token sees the prefix, the suffix cached before the
+forward and itself, never its siblings, all take the same position, and they are cropped again.
 
 Which models take it is read from the model's config
 (:func:`floorgap.attention.shared_prefix_support`); the others keep the copied cache.
@@ -23,6 +23,7 @@ Which models take it is read from the model's config
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,9 +51,6 @@ class SharedPrefixLayer(DynamicLayer):
     def get_seq_length(self) -> int:
         return int(self.prefix_keys.shape[-2]) + super().get_seq_length()
 
-    def suffix_length(self) -> int:
-        return super().get_seq_length()
-
     def batch_repeat_interleave(self, repeats: int) -> None:
         raise TypeError("a shared prefix is never copied per row")
 
@@ -78,7 +76,7 @@ def shared_prefix_attention(module: torch.nn.Module, query: torch.Tensor, key: t
     (``key``/``value`` ``[B, Hkv, S, D]``, the new tokens last): returns ``[B, L, Hq, D]``.
 
     The keyword ``shared_prefix`` (the :class:`SharedPrefixCache`) gives the prefix;
-    ``shared_prefix_tree`` selects the sibling mask (module docstring)."""
+    ``shared_prefix_tree`` selects the siblings' mask (:func:`sibling_logits`)."""
     cache = kwargs.get("shared_prefix")
     if cache is None:
         raise RuntimeError(f"{ATTENTION_NAME} attention runs only inside decode_forward")
@@ -154,8 +152,6 @@ def path_cache(model: Any, prefix_cache: Any, rows: int) -> Any:
     """
     if not _COPY_ONLY and shared_prefix_support(model.config) is None:
         return SharedPrefixCache(prefix_cache)
-    import copy
-
     cache = copy.deepcopy(prefix_cache)
     cache.batch_repeat_interleave(rows)
     if hasattr(cache, "activate_past_recording"):
