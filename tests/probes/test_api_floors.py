@@ -152,13 +152,34 @@ def api_inputs(default_domain_records):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(api_inputs, tmp_path_factory):
+def served_target(api_inputs, tmp_path_factory):
+    """One vLLM server on the default target, started as the stage starts its own
+    (``endpoint.server: local``), shared as an endpoint by the tests that only read through
+    one; the killed-server test starts (and kills) its own."""
+    from floorgap.stages.api_floors import endpoint_for
+
+    log = tmp_path_factory.mktemp("api-server") / "engine.log"
+    with endpoint_for(_spec(api_inputs, _free_port()), api_inputs[2], log, threads=1) as ep:
+        yield ep.base_url, ep.model
+
+
+def _through(spec: dict, served: tuple[str, str]) -> dict:
+    """``spec`` reading through the shared server instead of starting one."""
+    endpoint = {k: v for k, v in spec["api_floors"]["endpoint"].items()
+                if k not in ("server", "port", "max_model_len")}
+    spec["api_floors"]["endpoint"] = {**endpoint, "base_url": served[0], "model": served[1]}
+    return spec
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(api_inputs, served_target, tmp_path_factory):
     from floorgap.stages import api_floors
     from floorgap.stages._cli import run_stage
 
     out = tmp_path_factory.mktemp("api-uninterrupted")
+    spec = _through(_spec(api_inputs, _free_port()), served_target)
     assert run_stage(api_floors.main, api_floors.build_parser(),
-                     _args(api_inputs, out, _spec(api_inputs, _free_port()))) == 0
+                     _args(api_inputs, out, spec)) == 0
     return out
 
 
@@ -221,15 +242,17 @@ def test_a_killed_server_resumes_to_identical_records(api_inputs, uninterrupted,
 
 
 @pytest.mark.slow
-def test_the_chat_route_continues_the_response_through_a_real_server(api_inputs, tmp_path):
+def test_the_chat_route_continues_the_response_through_a_real_server(api_inputs, served_target,
+                                                                     tmp_path):
     """The chat route (as for a frontier API): the prompt as a user message and the response so
     far as an assistant message the server continues (vLLM: continue_final_message)."""
     from floorgap.stages import api_floors
     from floorgap.stages._cli import run_stage
 
-    spec = _spec(api_inputs, _free_port(), route="chat",
-                 extra_body={"continue_final_message": True, "add_generation_prompt": False,
-                             "ignore_eos": True})
+    spec = _through(_spec(api_inputs, _free_port(), route="chat",
+                          extra_body={"continue_final_message": True,
+                                      "add_generation_prompt": False, "ignore_eos": True}),
+                    served_target)
     spec["api_floors"].update(anchors_per_domain=1, paths=4, matched=False)
     assert run_stage(api_floors.main, api_floors.build_parser(),
                      _args(api_inputs, tmp_path, spec)) == 0
