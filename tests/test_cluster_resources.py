@@ -68,3 +68,25 @@ def test_a_named_gpu_model_reaches_every_gpu_job_and_no_cpu_job(tmp_path: Path) 
         else:
             assert not res.get("gpu_model"), (rule, res)
     assert any(int(res.get("gpu", 0)) for _, res in jobs)
+
+
+def test_the_slurm_profile_sends_the_items_of_one_summary_as_one_job(tmp_path: Path) -> None:
+    """Each report item is a short CPU job: through the SLURM profile the items that wait on one
+    summary are one group job (one submission, one queue wait), and every item is in one."""
+    import re
+
+    from conftest import REPO
+    from floorgap.reports.registry import report_items
+
+    res = snakemake("-n", "--profile", str(REPO / "workflow" / "profiles" / "slurm"),
+                    "--configfile", str(PAPER_CONFIGS[0]), cwd=tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    # the dry run lists each group job once, its member jobs indented under it
+    groups = re.split(r"^\S.*Group job (\S+) \(jobs in lexicogr\. order\):$", res.stdout,
+                      flags=re.M)
+    members = {name: set(re.findall(r"^    rule (\w+):$", body, flags=re.M))
+               for name, body in zip(groups[1::2], groups[2::2])}
+    items = report_items([]).values()
+    assert sorted(members) == sorted({f"report_{item.reads}" for item in items})
+    for item in items:
+        assert item.name in members[f"report_{item.reads}"], item.name

@@ -18,6 +18,7 @@ from floorgap.errors import StageError
 from floorgap.rehearsal import Rehearsal, apply_overlay, build_standins, rehearsal_config
 
 PAPER = REPO / "workflow" / "configs" / "qwen3-4b.yaml"
+CROSS = REPO / "workflow" / "configs" / "paper-cross-target.yaml"
 
 
 def _derive(paper: Path, out: Path) -> Rehearsal:
@@ -73,9 +74,24 @@ def test_the_rehearsal_keeps_the_paper_runs_structure(tmp_path: Path) -> None:
     resolve(copy.deepcopy(cfg))
 
 
+def _with_a_gemma4_target(folder: Path) -> Path:
+    """The cross-target config plus a Gemma-4 target (the paper's fourth, which has no stand-in)."""
+    cfg = yaml.safe_load(CROSS.read_text())
+    cfg["targets"]["gemma-4-12b"] = {**cfg["targets"]["qwen3-14b"],
+                                     "source": {"kind": "hub", "id": "google/gemma-4-12B-it"}}
+    path = folder / "with-gemma4.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
 def test_a_target_without_a_stand_in_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(StageError, match="gemma-4-12b.*no CPU stand-in.*google/gemma-4-12B-it"):
-        _derive(REPO / "workflow" / "configs" / "paper-cross-target.yaml", tmp_path)
+        _derive(_with_a_gemma4_target(tmp_path), tmp_path)
+
+
+def test_the_cross_target_config_has_a_stand_in_for_every_target(tmp_path: Path) -> None:
+    reh = _derive(CROSS, tmp_path)
+    assert list(reh.config["targets"]) == ["qwen3-4b", "qwen3-8b", "qwen3-14b"]
 
 
 def _requests(config: Path, work: Path) -> dict[str, set[tuple[bool, str]]]:
@@ -139,8 +155,7 @@ def test_the_command_refuses_a_config_it_cannot_rehearse(tmp_path: Path) -> None
     import sys
 
     res = subprocess.run([sys.executable, "-m", "floorgap", "rehearsal", "--configfile",
-                          str(REPO / "workflow" / "configs" / "paper-cross-target.yaml"),
-                          "--out", str(tmp_path / "r")], cwd=REPO, capture_output=True,
-                         text=True)
+                          str(_with_a_gemma4_target(tmp_path)), "--out", str(tmp_path / "r")],
+                         cwd=REPO, capture_output=True, text=True)
     assert res.returncode == 2 and "no CPU stand-in for google/gemma-4-12B-it" in res.stderr
     assert not (tmp_path / "r" / "config.yaml").exists()

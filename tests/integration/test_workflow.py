@@ -290,8 +290,9 @@ def test_kill_mid_dag_then_rerun_gives_the_same_records(smoke_run: Path, tmp_pat
     `--unlock` and a rerun: the final records equal those of the uninterrupted run. The
     floor half's records and the drafter training data are copied from the smoke run, so what
     is killed and rerun is the drafter half, the DAG's longest jobs: killed while drafters
-    train, finished by the rerun. Both runs target exactly the records the hashes compare
-    (the drafter evaluations and the gap summaries), not the reports and serving after them."""
+    train, once one has written an epoch checkpoint, and finished by the rerun, which resumes
+    from it. Both runs target exactly the records the hashes compare (the drafter evaluations
+    and the gap summaries), not the reports and serving after them."""
     work = tmp_path / "killed"
     drafter_half = {"drafters", "drafter_eval", "gaps", "export", "serving", "serving_replay",
                     "serving_summary", "decomposition", "explore", "logs"}
@@ -303,13 +304,14 @@ def test_kill_mid_dag_then_rerun_gives_the_same_records(smoke_run: Path, tmp_pat
                                           str(SMOKE_CONFIG)),
                             cwd=work, env=snakemake_env(), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # Kill while drafters train: some outputs exist, some jobs are half done.
+    # Kill while drafters train, once one has written an epoch checkpoint: some outputs exist,
+    # some jobs are half done, and the rerun resumes a drafter from its checkpoint.
     deadline = time.monotonic() + 900
-    logs = work / "results" / "logs" / "drafters"
-    while not (logs.exists() and any(logs.rglob("*.log"))) and time.monotonic() < deadline:
+    drafters = work / "results"
+    while not any(drafters.glob("*/drafters/*/checkpoints/epoch-*.pt")) \
+            and time.monotonic() < deadline:
         assert proc.poll() is None, "the DAG ended before the kill"
-        time.sleep(0.5)
-    time.sleep(3)
+        time.sleep(0.2)
     assert proc.poll() is None, "the DAG ended before the kill"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -319,6 +321,8 @@ def test_kill_mid_dag_then_rerun_gives_the_same_records(smoke_run: Path, tmp_pat
     res = snakemake(*rerun, "--cores", "2", "--rerun-incomplete", "--configfile",
                     str(SMOKE_CONFIG), cwd=work)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    logs = work / "results" / "logs" / "drafters"
+    assert any("resuming after epoch" in log.read_text() for log in logs.rglob("*.log"))
     after = _record_hashes(work)
     assert len(after) > 50 and after == hashed
 

@@ -62,6 +62,10 @@ for _item in ITEMS.values():
         resources:
             mem_mb=2000,
             runtime=10,
+        # On a cluster the items that wait on one summary go as one job (the SLURM profile's
+        # group-components); a local run ignores groups.
+        group:
+            f"report_{_item.reads}"
         conda:
             CONDA_ENV
         shell:
