@@ -25,6 +25,7 @@ include: "workflow/rules/drafters.smk"
 include: "workflow/rules/drafter_eval.smk"
 include: "workflow/rules/gaps.smk"
 include: "workflow/rules/decomposition.smk"
+include: "workflow/rules/check_report.smk"
 include: "workflow/rules/export.smk"
 include: "workflow/rules/serving_rows.smk"
 include: "workflow/rules/serving.smk"
@@ -47,5 +48,7 @@ rule all:
         [path for item in ITEMS.values() if not item.in_paper for path in item.files],
         # the decompose section's drafters (none unless the config names some)
         [path for target in W.targets for path in W.decomposition_files(target)],
+        # the check section's pages (none unless the config names a check)
+        W.check_files(),
         # every drafter of the primary target as the checkpoint folders serving engines load
         W.export_targets(),

@@ -172,7 +172,15 @@ def smoke_targets() -> list[str]:
 def smoke_run(tmp_path_factory):
     """The whole smoke DAG, run once per test session in a scratch working directory and shared
     by every test that reads its records; a test that changes results works on a copy
-    (:func:`copy_results`)."""
+    (:func:`copy_results`). ``FLOORGAP_SMOKE_RUN=<folder>`` reuses the finished smoke DAG in
+    that folder instead, when iterating on one integration test (CI never sets it)."""
+    reuse = os.environ.get("FLOORGAP_SMOKE_RUN")
+    if reuse:
+        res = snakemake(*smoke_targets(), "-n", "--cores", "1", "--configfile",
+                        str(SMOKE_CONFIG), cwd=Path(reuse), timeout=600)
+        assert res.returncode == 0 and "Nothing to be done" in res.stdout + res.stderr, (
+            f"FLOORGAP_SMOKE_RUN={reuse} is not a finished smoke DAG of this checkout")
+        return Path(reuse)
     work = tmp_path_factory.mktemp("smoke-dag")
     # Targets go before --configfile, which takes every following word as a config file.
     res = snakemake(*smoke_targets(), "--cores", "2", "--configfile", str(SMOKE_CONFIG),

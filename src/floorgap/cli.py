@@ -13,7 +13,9 @@ One more command is not a stage: ``floorgap decompose FOLDER`` (:func:`decompose
 workflow for a drafter checkpoint folder of your own. It writes a config overlay with a
 ``decompose`` entry for the folder (``results/decompose/<name>.yaml``), runs Snakemake from
 the repository root on the base config plus that overlay, up to the drafter's decomposition
-table, and prints the table.
+table, and prints the table. ``floorgap check FOLDER [FOLDER ...]`` (:func:`check`) does the
+same for one or several folders up to one check page (``results/check/<name>/index.html``:
+verdicts, figures, tables, paired differences) and prints its summary.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from floorgap.stages import STAGES
 from floorgap.stages._cli import EXIT_STAGE_ERROR, run_stage
 
 #: Commands that are not stages (they launch the workflow): name -> one line of help.
-COMMANDS = {"decompose": "FOLDER: floor and model gap of your own drafter checkpoint folder "
+COMMANDS = {"check": "FOLDER [FOLDER ...]: a report of verdicts on your drafters: "
+                     "under-trained, near the floor, which is better (runs the workflow)",
+            "decompose": "FOLDER: floor and model gap of your own drafter checkpoint folder "
                          "(runs the workflow)",
             "inspect": "FOLDER: what the import makes of a checkpoint folder's config.json "
                        "(JSON), or the field it refuses",
@@ -66,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = args[0]
     if name == "decompose":
         return decompose(args[1:])
+    if name == "check":
+        return check(args[1:])
     if name == "inspect":
         return inspect(args[1:])
     if name == "plan":
@@ -274,7 +280,8 @@ def rehearsal(argv: Sequence[str]) -> int:
 
 
 class DecomposeError(RuntimeError):
-    """A ``floorgap decompose`` invocation that cannot run; the message says what to change."""
+    """A ``floorgap decompose`` or ``floorgap check`` invocation that cannot run; the message
+    says what to change."""
 
 
 def decompose_parser() -> argparse.ArgumentParser:
@@ -312,7 +319,7 @@ def repository_root(start: Path | None = None) -> Path:
         if (candidate / "Snakefile").is_file() and (candidate / "workflow" / "rules").is_dir():
             return candidate
     raise DecomposeError("no floorgap workflow found (a folder with Snakefile and "
-                         "workflow/rules/): run floorgap decompose from the repository root")
+                         "workflow/rules/): run floorgap from the repository root")
 
 
 def detect_checkpoint(folder: Path, fmt: str, kind: str | None) -> tuple[str, str | None]:
@@ -406,6 +413,107 @@ def decompose(argv: Sequence[str]) -> int:
         md = root / files[-1]
         print(md.read_text())
         print(f"tables: {', '.join(str(root / f) for f in files)}")
+    return 0
+
+
+# ------------------------------------------------------------------------ floorgap check
+
+
+def check_parser() -> argparse.ArgumentParser:
+    """The options of ``floorgap check``."""
+    parser = argparse.ArgumentParser(
+        prog="floorgap check",
+        description="Check drafter checkpoint folders for one target: import each, evaluate it "
+                    "on the workflow's rollout paths, and write a page of verdicts (loses to a "
+                    "lookup table, within reach of its floor, which slot to fix first, which "
+                    "drafter accepts longer) with the figures and tables behind them.")
+    parser.add_argument("folders", type=Path, nargs="+",
+                        help="drafter checkpoint folders (config.json + safetensors weights)")
+    parser.add_argument("--name", action="append", default=None,
+                        help="a drafter's name in the results, once per folder in order "
+                             "(default: the folder's name, lower-cased)")
+    parser.add_argument("--report", default=None,
+                        help="the check's name, results/check/<report>/ (default: the drafters' "
+                             "names joined by +)")
+    parser.add_argument("--format", default="auto",
+                        choices=["auto", "dflash", "dspark", "speculators"],
+                        help="checkpoint layout of every folder (default: detected per folder)")
+    parser.add_argument("--configfile", type=Path, default=None,
+                        help="base workflow config (default: config.yaml of the repository)")
+    parser.add_argument("--target", default=None,
+                        help="target model key of the config (default: its primary target)")
+    parser.add_argument("--cores", default="all", help="Snakemake --cores (default: all)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="show the jobs Snakemake would run, run none")
+    return parser
+
+
+def folder_name(folder: Path) -> str:
+    """A drafter name from a folder's name: lower-cased, other characters than letters,
+    digits, - and _ replaced by -."""
+    import re
+
+    name = re.sub(r"[^a-z0-9_-]+", "-", folder.name.lower()).strip("-_")
+    return name or "drafter"
+
+
+def _check_plan(args: argparse.Namespace, argv: Sequence[str]
+                ) -> tuple[Path, list[str], list[str]]:
+    """(repository root, Snakemake command, check files) of a check invocation; writes the
+    overlay config (decompose entries for the folders and the check entry)."""
+    import shlex
+
+    from floorgap.config import CHECK_FILES, ConfigError, decompose_overlay, write_overlay
+
+    root = repository_root()
+    folders = [f.expanduser().resolve() for f in args.folders]
+    names = args.name or [folder_name(f) for f in folders]
+    if len(names) != len(folders):
+        raise DecomposeError(f"{len(names)} --name for {len(folders)} folders; give one per "
+                             "folder, in order, or none")
+    if len(set(names)) != len(names):
+        raise DecomposeError(f"the drafter names {names} repeat; pass --name once per folder")
+    base = (args.configfile or root / "config.yaml").expanduser().resolve()
+    if not base.is_file():
+        raise DecomposeError(f"config file {base} does not exist; pass --configfile")
+    target = _config_target(base, args.target)
+    report = args.report or "+".join(names)
+    overlay: dict = {"decompose": {}}
+    for name, folder in zip(names, folders):
+        fmt, kind = detect_checkpoint(folder, args.format, None)
+        try:
+            overlay["decompose"].update(decompose_overlay(name, folder, fmt, kind)["decompose"])
+        except ConfigError as exc:
+            raise DecomposeError(str(exc)) from exc
+    path = root / "results" / "check" / f"{report}.yaml"
+    overlay["check"] = {report: {
+        "drafters": names, "target": target,
+        "command": shlex.join(["floorgap", "check", *argv]),
+        "configfiles": [str(base), str(path)]}}
+    overlay_path = write_overlay(path, overlay)
+    files = [f"results/check/{report}/{f}" for f in CHECK_FILES]
+    return root, _snakemake_command(root, base, overlay_path, files, args), files
+
+
+def check(argv: Sequence[str]) -> int:
+    """``floorgap check FOLDER [FOLDER ...] [options]``: run the workflow up to one check page
+    for the drafters in the folders and print its summary. Returns the exit status (2 for a
+    bad invocation, Snakemake's status when the workflow fails)."""
+    args = check_parser().parse_args(list(argv))
+    try:
+        root, cmd, files = _check_plan(args, argv)
+    except DecomposeError as exc:
+        print(f"floorgap check: {exc}", file=sys.stderr)
+        return EXIT_STAGE_ERROR
+    print(f"floorgap check: running {' '.join(cmd[1:])} in {root}", file=sys.stderr)
+    code = subprocess.run(cmd, cwd=root, check=False).returncode
+    if code != 0:
+        print(f"floorgap check: Snakemake exited with status {code}; see its messages above "
+              "and the logs under results/logs/", file=sys.stderr)
+        return code
+    if not args.dry_run:
+        print((root / files[1]).read_text())
+        print(f"report: {root / files[0]}")
     return 0
 
 

@@ -48,6 +48,8 @@ CHECKPOINT_KEYS = frozenset({"name", "kind", "layers", "checkpoint"})
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 #: The files the decomposition stage writes per drafter (results/<target>/decomposition/).
 DECOMPOSITION_EXTS = ("csv", "tex", "md")
+#: The files of one check (``floorgap check``): the page a person reads and its summary.
+CHECK_FILES = ("index.html", "summary.md")
 #: What a target runs: ``full``, every per-target stage; ``cross_target``, only what the
 #: comparison across targets reads (Fig. 5: corpus, anchors, rollouts, floors, the order-0 and
 #: order-1 baselines, their evaluation and the gaps summary).
@@ -165,6 +167,7 @@ class WorkflowSpec:
     roles: dict[str, str] = field(init=False)
     lookups: list[str] = field(init=False)
     decompose: list[str] = field(init=False)
+    checks: dict[str, dict[str, Any]] = field(init=False)
     eval_groups: dict[str, list[Evaluation]] = field(init=False)
     eval_jobs: dict[str, list[Evaluation]] = field(init=False)
 
@@ -183,6 +186,7 @@ class WorkflowSpec:
         self.roles = dict(drafters["roles"])
         self.lookups = list(drafters.get("lookups") or {})
         self.decompose = list(cfg.get("decompose") or {})
+        self.checks = {name: dict(entry) for name, entry in (cfg.get("check") or {}).items()}
         self._settings = {t: merge_settings(cfg, cfg["targets"][t].get("settings") or {})
                           for t in self.targets}
         check_consistency(self)
@@ -415,7 +419,8 @@ class WorkflowSpec:
         if summary in ("trajectory", "budget"):
             return self.analysis_spec(contrasts=[], sweeps=False)
         if summary == "decompose":
-            return self.analysis_spec(contrasts=self.lookup_contrasts(self.decompose),
+            return self.analysis_spec(contrasts=self.lookup_contrasts(self.decompose)
+                                      + self.check_contrasts(),
                                       sweeps=False, lookups=self.lookups)
         if summary == "components":
             base = self.config["drafters"]["components"]["baseline"]
@@ -436,6 +441,37 @@ class WorkflowSpec:
         """The information order of a drafter or lookup table (0 reads X only, 1 also its
         predecessor)."""
         return KIND_ORDER[str(self.variant_entry(name)["kind"])]
+
+    def check_contrasts(self) -> list[list[str]]:
+        """[a, b] for every pair of drafters one check compares, in its order: their paired
+        differences on the same anchors and paths (tau always; the risk by slot where the two
+        are of one order)."""
+        pairs = [(a, b) for entry in self.checks.values()
+                 for i, a in enumerate(entry["drafters"]) for b in entry["drafters"][i + 1:]]
+        return [list(p) for p in dict.fromkeys(pairs)]
+
+    def check_target(self, name: str) -> str:
+        """The target check ``name`` runs on (its ``target``, else the primary one)."""
+        return str(self.checks[name].get("target") or self.primary)
+
+    def check_spec(self, name: str) -> dict[str, Any]:
+        """What the check_report stage reads: each drafter with its entry and the lookup tables
+        of its order, the pairs it compares, the interval level, and the command and config
+        files that asked for it."""
+        entry = self.checks[name]
+        drafters = list(entry["drafters"])
+        pairs = [p for p in self.check_contrasts() if p[0] in drafters and p[1] in drafters]
+        return {"name": name, "target": self.check_target(name),
+                "drafters": [{"name": d, "entry": self.variant_entry(d),
+                              "lookups": [t for [_, t] in self.lookup_contrasts([d])]}
+                             for d in drafters],
+                "pairs": pairs, "level": self.config["analysis"]["level"],
+                "command": entry.get("command", ""),
+                "configfiles": list(entry.get("configfiles", []))}
+
+    def check_files(self) -> list[str]:
+        """The check_report stage's outputs of every check of the config."""
+        return [f"results/check/{name}/{f}" for name in self.checks for f in CHECK_FILES]
 
     def decomposition_spec(self, target: str, name: str) -> dict[str, Any]:
         """What the decomposition stage reads: the drafter, its entry and the interval level."""
@@ -618,6 +654,7 @@ def check_consistency(spec: WorkflowSpec) -> None:
         raise ConfigError(f"drafters.trajectory names {unknown}, which are not "
                           "drafters.variants; list variant names")
     _check_checkpoints(spec)
+    _check_checks(spec)
     for role in ROLES:
         name = spec.roles.get(role)
         if name not in spec.variants:
@@ -716,6 +753,21 @@ def _check_names(spec: WorkflowSpec) -> None:
         raise ConfigError(f"decompose reuses the drafter name(s) {clash} of the drafters "
                           "section (one namespace, one results folder each); give the drafters "
                           "to decompose their own names")
+
+
+def _check_checks(spec: WorkflowSpec) -> None:
+    """Each check names drafters of the decompose section and a target that runs them."""
+    for name, entry in spec.checks.items():
+        unknown = [d for d in entry["drafters"] if d not in spec.decompose]
+        if unknown:
+            raise ConfigError(f"check.{name} names {unknown}, which are not in the decompose "
+                              f"section ({', '.join(spec.decompose) or 'empty'}); add their "
+                              "checkpoint entries there (floorgap check writes both)")
+        target = spec.check_target(name)
+        if target not in spec.targets or spec.scope(target) != "full":
+            raise ConfigError(f"check.{name}.target {target!r} is not a target of scope full "
+                              f"({', '.join(t for t in spec.targets if spec.scope(t) == 'full')})"
+                              "; name one of them")
 
 
 def _check_checkpoints(spec: WorkflowSpec) -> None:

@@ -1,7 +1,8 @@
-"""`floorgap decompose` end to end: a drafter folder of one's own, decomposed on the smoke
-config by the real workflow in a copy of the repository (nothing trained). The smoke run's
-records are copied in, so what runs is what decompose adds: the drafter's import, its
-evaluation beside the lookup tables, and the decomposition."""
+"""`floorgap decompose` and `floorgap check` end to end: drafter folders of one's own,
+decomposed and checked on the smoke config by the real workflow in a copy of the repository
+(nothing trained). The smoke run's records are copied in, so what runs is what the commands
+add: the drafters' import, their evaluation beside the lookup tables, the decomposition and
+the check page."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def _copy_repository(dest: Path) -> Path:
     return dest
 
 
-def _export(smoke_target, folder: Path) -> Path:
+def _export(smoke_target, folder: Path, seed: int = 3) -> Path:
     """A randomly initialised DFlash drafter on the smoke target, as a dflash folder."""
     from floorgap.models.drafters import DrafterConfig, build_drafter
     from floorgap.models.engine_formats import export_drafter
@@ -41,7 +42,7 @@ def _export(smoke_target, folder: Path) -> Path:
 
     cfg, _, model_dir, _ = smoke_target
     model, _ = load_target(model_dir, "float32", "cpu")
-    torch.manual_seed(3)
+    torch.manual_seed(seed)
     drafter = build_drafter(DrafterConfig(
         kind="dflash", gamma=cfg["anchors"]["gamma"], hidden_size=model.config.hidden_size,
         n_layers=1, n_heads=4, n_kv_heads=2, head_dim=16, intermediate_size=64,
@@ -95,3 +96,44 @@ def test_decompose_command_runs_the_workflow(smoke_target, smoke_run, tmp_path: 
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Nothing to be done" in again.stdout + again.stderr
     json.dumps(record["provenance"])  # plain values only
+
+
+def test_check_command_writes_the_page_and_reuses_the_floors(smoke_target, smoke_run,
+                                                             tmp_path: Path) -> None:
+    """`floorgap check A B` on the smoke config: two drafters of one's own imported,
+    evaluated and compared on the smoke run's paths, one page and summary; then a check of a
+    third folder plans no job of the floor half (the floors are reused)."""
+    work = copy_results(smoke_run, _copy_repository(tmp_path / "repo"))
+    folders = [_export(smoke_target, tmp_path / name, seed=seed)
+               for name, seed in (("Draft-A", 3), ("draft-b", 4), ("draft-c", 5))]
+    smoke = work / "workflow" / "configs" / "smoke.yaml"
+    res = subprocess.run([sys.executable, "-m", "floorgap", "check", *map(str, folders[:2]),
+                          "--configfile", str(smoke), "--cores", "2"],
+                         cwd=work, env=snakemake_env(), capture_output=True, text=True,
+                         timeout=1800)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    out = work / "results" / "check" / "draft-a+draft-b"
+    page, md = (out / "index.html").read_text(), (out / "summary.md").read_text()
+    assert md.strip() in res.stdout and str(out / "index.html") in res.stdout
+    for name in ("draft-a", "draft-b"):
+        assert f"## {name} (dflash, order 0)" in md and f"of {name} first" in md
+        assert f"{name} loses to a lookup table" in md or f"{name} beats the" in md
+    assert ("draft-a accepts longer than draft-b" in md or "draft-b accepts longer than "
+            "draft-a" in md or "draft-a and draft-b: no difference in tau resolved" in md)
+    assert page.count('<img src="data:image/png;base64,') == 3
+    assert "floorgap check " in page and "tiny-random" in page
+    target = next(iter(yaml.safe_load(smoke.read_text())["targets"]))
+    gaps = pd.read_parquet(work / "results" / target / "gaps" / "decompose.parquet")
+    assert "draft-a-draft-b" in set(gaps.variant)  # the pair's paired differences
+    # another drafter on the same target: only what depends on the drafter would run
+    again = subprocess.run([sys.executable, "-m", "floorgap", "check", str(folders[2]),
+                            "--configfile", str(smoke), "--cores", "1", "--dry-run"],
+                           cwd=work, env=snakemake_env(), capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    planned = {line.split()[0] for line in again.stdout.splitlines()
+               if line and line.split()[0] in {"corpus", "anchors", "rollouts", "floors",
+                                               "drafter_data", "drafters", "drafter_eval_decompose",
+                                               "gaps", "check_report"}}
+    assert {"drafters", "check_report"} <= planned
+    assert not planned & {"corpus", "anchors", "rollouts", "floors", "drafter_data"}

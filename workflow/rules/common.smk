@@ -4,6 +4,7 @@
 # unit tests reach them; rules only name files, resources and the command. Specs travel as
 # `params`, so a rule reruns exactly when the part of the config it reads changes.
 import os
+import re
 import sys
 
 from snakemake.utils import validate

@@ -37,7 +37,8 @@ from floorgap.records import atomic_path
 from floorgap.reports.common import LongSummary, fmt, fmt_interval, fmt_pct
 from floorgap.reports.gap_items import GapSummary
 
-__all__ = ["COLUMNS", "ORDER_STATS", "Decomposition", "decompose", "write_decomposition"]
+__all__ = ["COLUMNS", "ORDER_STATS", "Decomposition", "by_slot_cells", "decompose",
+           "write_decomposition"]
 
 #: The csv's columns.
 COLUMNS = ["statistic", "slot", "estimate", "lower", "upper"]
@@ -214,26 +215,30 @@ def _headline(d: Decomposition) -> str:
 
 def to_latex(d: Decomposition) -> str:
     """The by-slot ``tabular`` with tau and its interval in the last row."""
-    shown = _shown(d)
-    header = ["slot", *[h.replace("CI", f"{_ci_label(d.level, True)} CI") for h, _, _, _ in
-                        shown]]
+    header, rows = by_slot_cells(d, latex=True)
     tau = (f"$\\tau$ = {fmt(d.value('tau'))} {_ci_label(d.level, True)} CI "
            f"{fmt_interval(d.value('tau', -1, 'lower'), d.value('tau', -1, 'upper'))}")
-    lines = [f"\\begin{{tabular}}{{l{'r' * len(shown)}}}", r"\toprule",
+    lines = [f"\\begin{{tabular}}{{l{'r' * (len(header) - 1)}}}", r"\toprule",
              " & ".join(header) + r" \\", r"\midrule",
-             *[" & ".join(row) + r" \\" for row in _rows(d, latex=True)], r"\midrule",
+             *[" & ".join(row) + r" \\" for row in rows], r"\midrule",
              f"\\multicolumn{{{len(header)}}}{{l}}{{{tau}}} \\\\", r"\bottomrule",
              r"\end{tabular}", ""]
     return "\n".join(lines)
 
 
+def by_slot_cells(d: Decomposition, latex: bool) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the by-slot table, as LaTeX or plain text cells."""
+    pick = 0 if latex else 1
+    header = ["slot", *[shown[pick].replace("CI", f"{_ci_label(d.level, latex)} CI")
+                        for shown in _shown(d)]]
+    return header, _rows(d, latex)
+
+
 def to_markdown(d: Decomposition) -> str:
     """The same table for a terminal: a headline, a markdown table, tau and the verdicts."""
-    shown = _shown(d)
-    header = ["slot", *[h.replace("CI", f"{_ci_label(d.level, False)} CI") for _, h, _, _ in
-                        shown]]
+    header, rows = by_slot_cells(d, latex=False)
     lines = [f"{_headline(d)}", "", _md_row(header), _md_row(["---"] * len(header)),
-             *[_md_row(row) for row in _rows(d, latex=False)], "",
+             *[_md_row(row) for row in rows], "",
              f"tau (offline accepted length) = {_plain(d.value('tau'))} "
              f"({_ci_label(d.level, False)} CI [{_plain(d.value('tau', -1, 'lower'))}, "
              f"{_plain(d.value('tau', -1, 'upper'))}])", "",

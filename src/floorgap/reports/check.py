@@ -1,0 +1,411 @@
+"""``floorgap check``: is a drafter under-trained, up against its floor, or better than another?
+
+The check_report stage reads the gaps summary of the ``decompose`` group and the floors summary
+of one target and writes, for the drafters one check names, a page a person reads
+(``index.html``: the verdicts at the top, figures inline, the tables, the command and config
+that produced it) and its markdown summary (``summary.md``, printed by the command).
+
+For each drafter, from its decomposition (:mod:`floorgap.reports.decomposition`): the floor,
+the risk and the model gap by slot with the lookup tables of its order beside it, the offline
+accepted length tau, and the single-slot best-response gain dtau_br by slot (held out: which
+slot to fix first). Its verdicts, each one line computed from those numbers with the threshold
+it states:
+
+* **under-trained**: "loses to a lookup table (<table>) at slots ..." where its paired risk
+  difference from a table of its order is not below zero (:mod:`floorgap.analysis.lookup_verdicts`);
+* **floor**: "within 10% of its floor at slots ..." where the model gap G is at most
+  :data:`FLOOR_SHARE` of its risk (a better drafter of this order cannot win much back there),
+  else how large the gap's share is;
+* **order**: the floor of the other conditioning order at the last slot, T^(0) against T^(1):
+  what a drafter that sees its predecessor could reach (order 0), or what seeing it removes
+  (order 1);
+* **fix first**: the slot with the largest held-out dtau_br.
+
+For several drafters, each pair's paired difference in tau on the same anchors and paths (and
+in risk by slot when both are of one order), with its interval: "a accepts longer than b" only
+when the interval excludes zero.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from floorgap.analysis.lookup_verdicts import LOOKUP_DIFF
+from floorgap.records import atomic_path
+from floorgap.reports.decomposition import Decomposition, by_slot_cells, decompose
+from floorgap.reports.gap_items import GapSummary
+
+__all__ = ["FLOOR_SHARE", "CheckReport", "Comparison", "DrafterCheck", "Verdict",
+           "build_check", "to_html", "to_markdown", "write_check"]
+
+#: A slot is "within reach of its floor" when the model gap is at most this share of the risk.
+FLOOR_SHARE = 0.10
+#: Per order: (floor, gap, gap share, risk) statistics of the decomposition, and the risk's name.
+_PARTS = {0: ("T0", "G0", "G0_share", "R", "R"),
+          1: ("T1", "G1", "G1_share", "R_oracle", "R^oracle")}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One line of the check: ``kind`` (under-trained, floor, order, fix first, compare),
+    the sentence, and ``flag`` when it asks the reader to act (a drafter that loses to a table,
+    a difference that is resolved)."""
+
+    kind: str
+    text: str
+    flag: bool = False
+
+
+@dataclass
+class DrafterCheck:
+    """One drafter: its decomposition, dtau_br by slot (estimate, lower, upper) and verdicts."""
+
+    decomposition: Decomposition
+    gain: pd.DataFrame
+    verdicts: list[Verdict]
+
+    @property
+    def name(self) -> str:
+        return self.decomposition.drafter
+
+
+@dataclass
+class Comparison:
+    """Drafter ``a`` minus drafter ``b``, paired within anchors: tau (estimate, lower, upper),
+    the risk by slot when both are of one order (else empty), and the verdict."""
+
+    a: str
+    b: str
+    diff_tau: tuple[float, float, float]
+    risk_statistic: str
+    diff_risk: pd.DataFrame
+    verdict: Verdict
+
+
+@dataclass
+class CheckReport:
+    """A whole check: its name, target, gamma, interval level, the drafters, their pairwise
+    comparisons, and the command and config texts that produced it."""
+
+    name: str
+    target: str
+    gamma: int
+    level: float
+    drafters: list[DrafterCheck]
+    comparisons: list[Comparison]
+    command: str = ""
+    configs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def verdicts(self) -> list[Verdict]:
+        return [v for d in self.drafters for v in d.verdicts] + [c.verdict for c in
+                                                                 self.comparisons]
+
+
+# ------------------------------------------------------------------------------ numbers
+
+
+def _slots(values: Sequence[int]) -> str:
+    return ", ".join(map(str, values))
+
+
+def _num(value: float, digits: int = 3) -> str:
+    return "--" if not math.isfinite(value) else f"{value + 0.0:.{digits}f}"
+
+
+def _interval(lower: float, upper: float, digits: int = 3) -> str:
+    return f"[{_num(lower, digits)}, {_num(upper, digits)}]"
+
+
+def floor_verdict(d: Decomposition) -> Verdict:
+    """Where the model gap is at most :data:`FLOOR_SHARE` of the risk (a better drafter of the
+    same order cannot win much there), or how large its share is everywhere."""
+    _, _, share, _, risk = _PARTS[d.order]
+    shares = {k: d.value(share, k) for k in range(d.gamma)}
+    near = [k for k, v in shares.items() if math.isfinite(v) and v <= FLOOR_SHARE]
+    if near:
+        return Verdict("floor", f"{d.drafter} is within {FLOOR_SHARE:.0%} of its floor at slots "
+                       f"{_slots(near)} (model gap at most {FLOOR_SHARE:.0%} of {risk}): a better "
+                       f"drafter of order {d.order} cannot win much back there")
+    finite = [v for v in shares.values() if math.isfinite(v)]
+    if not finite:
+        return Verdict("floor", f"{d.drafter}: no slot has a floor estimate (no anchor with a "
+                       "floor); the gap cannot be split off")
+    return Verdict("floor", f"{d.drafter} is not within {FLOOR_SHARE:.0%} of its floor at any "
+                   f"slot: the model gap is {min(finite):.0%}-{max(finite):.0%} of {risk}, which "
+                   f"a better drafter of order {d.order} can win back", flag=True)
+
+
+def order_verdict(d: Decomposition) -> Verdict:
+    """The other conditioning order's floor at the last slot beside this order's."""
+    last = d.gamma - 1
+    if d.order == 0:
+        t0, t1 = d.value("T0", last), d.value("floors_T1", last)
+        return Verdict("order", f"a higher conditioning order can go lower: at slot {last} the "
+                       f"order-0 floor T^(0) is {_num(t0)}, the order-1 floor T^(1) "
+                       f"{_num(t1)} (a drafter that sees its predecessor)")
+    t1, t0 = d.value("T1", last), d.value("floors_T0", last)
+    removed = 1 - t1 / t0 if math.isfinite(t0) and t0 > 0 and math.isfinite(t1) else math.nan
+    pct = f"{removed:.0%}" if math.isfinite(removed) else "--"
+    return Verdict("order", f"seeing its predecessor removes {pct} of the floor at slot {last}: "
+                   f"T^(1) {_num(t1)} against T^(0) {_num(t0)}")
+
+
+def fix_first_verdict(name: str, gain: pd.DataFrame) -> Verdict:
+    """The slot whose single-slot best response gains the most tau (held out)."""
+    ok = gain[gain["estimate"].map(math.isfinite)]
+    if ok.empty:
+        return Verdict("fix first", f"{name}: no single-slot best-response gain was estimated")
+    best = ok.loc[ok["estimate"].idxmax()]
+    return Verdict("fix first", f"fix slot {int(best['slot'])} of {name} first: the single-slot "
+                   f"best response there gains {_num(best['estimate'])} in tau "
+                   f"{_interval(best['lower'], best['upper'])} (held out)")
+
+
+def drafter_check(gaps: GapSummary, d: Decomposition) -> DrafterCheck:
+    """The check of one decomposed drafter: dtau_br by slot and the verdict lines."""
+    gain = pd.DataFrame([{"slot": k, **{f: gaps.get("dtau_br", d.drafter, k, field=f)
+                                        for f in ("estimate", "lower", "upper")}}
+                         for k in range(d.gamma)])
+    verdicts = [Verdict("under-trained", v.sentence(), flag=bool(v.loses)) for v in d.verdicts]
+    verdicts += [floor_verdict(d), order_verdict(d), fix_first_verdict(d.drafter, gain)]
+    return DrafterCheck(d, gain, verdicts)
+
+
+def comparison(gaps: GapSummary, a: Decomposition, b: Decomposition, level: float
+               ) -> Comparison:
+    """``a`` minus ``b`` from the gaps summary's contrast ``a-b``."""
+    name = f"{a.drafter}-{b.drafter}"
+    tau = tuple(gaps.get("diff_tau", name, -1, field=f) for f in ("estimate", "lower", "upper"))
+    if not math.isfinite(tau[0]):
+        raise ValueError(f"{gaps.path} has no paired difference {name!r}; the check's pairs "
+                         "are contrasts of the decompose summary (rerun its gaps stage)")
+    stat = LOOKUP_DIFF[a.order] if a.order == b.order else ""
+    diff = pd.DataFrame([{"slot": k, **{f: gaps.get(stat, name, k, field=f)
+                                        for f in ("estimate", "lower", "upper")}}
+                         for k in range(a.gamma)]) if stat else pd.DataFrame()
+    est, lo, hi = tau
+    ci = f"{level:.0%} CI {_interval(lo, hi)}"
+    if lo > 0 or hi < 0:
+        longer, shorter = (a.drafter, b.drafter) if est > 0 else (b.drafter, a.drafter)
+        text = (f"{longer} accepts longer than {shorter}: tau difference "
+                f"{a.drafter} - {b.drafter} = {_num(est)} ({ci}), paired on the same anchors")
+        verdict = Verdict("compare", text, flag=True)
+    else:
+        verdict = Verdict("compare", f"{a.drafter} and {b.drafter}: no difference in tau "
+                          f"resolved ({a.drafter} - {b.drafter} = {_num(est)}, {ci})")
+    return Comparison(a.drafter, b.drafter, (est, lo, hi), stat.removeprefix("diff_"), diff,
+                      verdict)
+
+
+def build_check(gaps_path: str | Path, floors_path: str | Path, spec: Mapping[str, Any]
+                ) -> CheckReport:
+    """The check described by ``spec`` (``floorgap.config.WorkflowSpec.check_spec``): every
+    drafter's decomposition and verdicts, and every pair's comparison. Raises ValueError when
+    a drafter, table or pair is missing from the summaries or they describe different runs."""
+    level = float(spec.get("level", 0.95))
+    decs = {d["name"]: decompose(gaps_path, floors_path, d["name"],
+                                 kind=str((d.get("entry") or {}).get("kind", "")), level=level,
+                                 lookups=list(d.get("lookups", [])))
+            for d in spec["drafters"]}
+    gaps = GapSummary(gaps_path)
+    first = next(iter(decs.values()))
+    configs = {}
+    for path in spec.get("configfiles", []):
+        p = Path(path)
+        configs[str(p)] = p.read_text() if p.is_file() else f"({p} no longer exists)"
+    return CheckReport(
+        name=str(spec["name"]), target=first.target, gamma=first.gamma, level=level,
+        drafters=[drafter_check(gaps, d) for d in decs.values()],
+        comparisons=[comparison(gaps, decs[a], decs[b], level) for a, b in spec.get("pairs", [])],
+        command=str(spec.get("command", "")), configs=configs)
+
+
+# ------------------------------------------------------------------------------ figures
+
+
+def _png(fig: Any) -> str:
+    """A figure as a data URI (the page holds its figures, so it can be mailed as one file)."""
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def drafter_figure(c: DrafterCheck) -> str:
+    """Left: the risk by slot split into floor and model gap, the other order's floor and the
+    lookup tables' risks beside it. Right: dtau_br by slot with its interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    d = c.decomposition
+    floor, gap, _, risk, risk_name = _PARTS[d.order]
+    slots = np.arange(d.gamma)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(8.4, 2.9))
+    t = np.array([d.value(floor, k) for k in slots])
+    g = np.array([d.value(gap, k) for k in slots])
+    ax.bar(slots, t, color="#4c72b0", label=f"floor {floor}")
+    ax.bar(slots, g, bottom=t, color="#dd8452", label=f"model gap {gap}")
+    other = "floors_T1" if d.order == 0 else "floors_T0"
+    ax.plot(slots, [d.value(other, k) for k in slots], "k--", marker=".",
+            label=f"other order's floor {other.removeprefix('floors_')}")
+    for i, table in enumerate(d.lookups):
+        ax.plot(slots, [d.value(f"{risk}@{table}", k) for k in slots], marker="x", lw=0.8,
+                color=f"C{i + 2}", label=f"{risk_name} of {table} table")
+    ax.set(xlabel="slot k", ylabel=risk_name, title=f"{d.drafter}: where {risk_name} comes from",
+           xticks=slots)
+    ax.legend(fontsize=6.5, loc="upper left")
+    est, lo, hi = (c.gain[f].to_numpy(float) for f in ("estimate", "lower", "upper"))
+    bx.bar(slots, est, color="#55a868")
+    bx.errorbar(slots, est, yerr=[np.maximum(est - lo, 0), np.maximum(hi - est, 0)], fmt="none",
+                ecolor="k", capsize=2, lw=0.8)
+    bx.axhline(0, color="k", lw=0.5)
+    bx.set(xlabel="slot k", ylabel="dtau_br (held out)", xticks=slots,
+           title="single-slot best-response gain")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def comparison_figure(report: CheckReport) -> str:
+    """Each drafter's tau with its interval, and each pair's paired difference."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [(c.name, *(c.decomposition.value("tau", -1, f) for f in ("estimate", "lower",
+                                                                      "upper")))
+            for c in report.drafters]
+    rows += [(f"{c.a} - {c.b}", *c.diff_tau) for c in report.comparisons]
+    fig, ax = plt.subplots(figsize=(6.0, 0.5 + 0.38 * len(rows)))
+    for i, (label, est, lo, hi) in enumerate(rows):
+        ax.errorbar([est], [i], xerr=[[max(est - lo, 0)], [max(hi - est, 0)]], fmt="o",
+                    color="#4c72b0" if " - " not in label else "#c44e52", capsize=3)
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows])
+    ax.invert_yaxis()
+    ax.axvline(0, color="k", lw=0.4)
+    ax.set(xlabel=f"tau, and paired differences ({report.level:.0%} CI)")
+    fig.tight_layout()
+    return _png(fig)
+
+
+# ------------------------------------------------------------------------------ pages
+
+
+def _table_html(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    return pd.DataFrame(list(rows), columns=list(header)).to_html(index=False, border=0,
+                                                                 classes="numbers")
+
+
+def _comparison_rows(c: Comparison) -> tuple[list[str], list[list[str]]]:
+    header = ["slot", f"{c.a} - {c.b}: {c.risk_statistic}", "CI"]
+    return header, [[str(int(r.slot)), _num(r.estimate), _interval(r.lower, r.upper)]
+                    for r in c.diff_risk.itertuples()]
+
+
+def to_markdown(report: CheckReport) -> str:
+    """The summary the command prints: verdicts, then tau and the by-slot table per drafter."""
+    lines = [f"# floorgap check {report.name} on {report.target} (gamma {report.gamma})", "",
+             "## Verdicts", ""]
+    lines += [f"- {'**' if v.flag else ''}{v.text}{'**' if v.flag else ''}"
+              for v in report.verdicts]
+    for c in report.drafters:
+        d = c.decomposition
+        header, rows = by_slot_cells(d, latex=False)
+        header = [*header, "dtau_br", "dtau_br CI"]
+        rows = [[*row, _num(g.estimate), _interval(g.lower, g.upper)]
+                for row, g in zip(rows, c.gain.itertuples())]
+        lines += ["", f"## {d.drafter} ({d.kind or 'drafter'}, order {d.order})", "",
+                  f"tau (offline accepted length) = {_num(d.value('tau'))} "
+                  f"({report.level:.0%} CI {_interval(d.value('tau', -1, 'lower'), d.value('tau', -1, 'upper'))})",
+                  "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+                  *["| " + " | ".join(r) + " |" for r in rows]]
+    return "\n".join(lines) + "\n"
+
+
+_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<title>floorgap check {{ r.name }}</title>
+<style>
+body { font: 14px/1.45 system-ui, sans-serif; max-width: 1100px; margin: 1.5em auto; padding: 0 1em; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
+ul.verdicts li { margin: .25em 0; } li.flag { font-weight: 600; color: #8a2a0a; }
+table.numbers { border-collapse: collapse; font-size: 12.5px; }
+table.numbers th, table.numbers td { padding: 2px 8px; text-align: right; border-bottom: 1px solid #ddd; }
+img { max-width: 100%; } pre { background: #f6f6f6; padding: .6em; overflow-x: auto; font-size: 12px; }
+.muted { color: #666; }
+</style></head><body>
+<h1>floorgap check: {{ r.name }}</h1>
+<p class="muted">target {{ r.target }}, block length gamma = {{ r.gamma }}, intervals at {{ pct(r.level) }}
+(prompt-cluster bootstrap); every number below is computed on the same anchors and target paths.</p>
+<h2>Verdicts</h2>
+<ul class="verdicts" id="verdicts">
+{% for v in r.verdicts %}<li class="{{ 'flag' if v.flag else '' }}" data-kind="{{ v.kind }}">{{ v.text }}</li>
+{% endfor %}</ul>
+<p class="muted">Thresholds: a drafter "loses to a lookup table" at a slot where its paired
+risk difference from the table is not below zero; "within {{ pct(floor_share) }} of its floor" where
+the model gap is at most {{ pct(floor_share) }} of its risk; a comparison is resolved when its
+{{ pct(r.level) }} interval excludes zero.</p>
+{% if compare_png %}<h2>Side by side</h2>
+<figure><img src="{{ compare_png }}" alt="tau of each drafter and paired differences"></figure>
+{% for c in r.comparisons %}{% if c.diff_risk|length %}{{ comparison_tables[loop.index0] | safe }}{% endif %}{% endfor %}
+{% endif %}
+{% for d in drafters %}
+<h2 id="drafter-{{ d.name }}">{{ d.name }} ({{ d.kind }}, order {{ d.order }})</h2>
+<p>tau (offline accepted length) = {{ d.tau }}</p>
+<figure><img src="{{ d.png }}" alt="floor, model gap and best-response gain of {{ d.name }}"></figure>
+{{ d.table | safe }}
+{% endfor %}
+<h2>How this was made</h2>
+<pre>{{ r.command or "(no command recorded)" }}</pre>
+{% for path, text in r.configs.items() %}<p class="muted">{{ path }}</p><pre>{{ text }}</pre>
+{% endfor %}
+</body></html>
+"""
+
+
+def to_html(report: CheckReport) -> str:
+    """The page: verdicts first, figures inline (PNG data URIs), tables, then the command and
+    the config files that produced it."""
+    import jinja2
+
+    drafters = []
+    for c in report.drafters:
+        d = c.decomposition
+        header, rows = by_slot_cells(d, latex=False)
+        rows = [[*row, _num(g.estimate), _interval(g.lower, g.upper)]
+                for row, g in zip(rows, c.gain.itertuples())]
+        drafters.append({
+            "name": d.drafter, "kind": d.kind or "drafter", "order": d.order,
+            "tau": f"{_num(d.value('tau'))} ({report.level:.0%} CI "
+                   f"{_interval(d.value('tau', -1, 'lower'), d.value('tau', -1, 'upper'))})",
+            "png": drafter_figure(c),
+            "table": _table_html([*header, "dtau_br", "dtau_br CI"], rows)})
+    env = jinja2.Environment(autoescape=True)
+    page = env.from_string(_PAGE)
+    return page.render(
+        r=report, drafters=drafters, floor_share=FLOOR_SHARE,
+        pct=lambda x: f"{x:.0%}",
+        compare_png=comparison_figure(report) if len(report.drafters) > 1 else "",
+        comparison_tables=[_table_html(*_comparison_rows(c)) if len(c.diff_risk) else ""
+                           for c in report.comparisons])
+
+
+def write_check(report: CheckReport, html_path: str | Path, md_path: str | Path) -> None:
+    """Write the page and the summary, each atomically."""
+    for path, text in ((html_path, to_html(report)), (md_path, to_markdown(report))):
+        with atomic_path(path) as tmp:
+            tmp.write_text(text, encoding="utf-8")

@@ -1,0 +1,50 @@
+"""``floorgap check_report --spec JSON --gaps DECOMPOSE.parquet --floors SUMMARY.parquet
+--out-html index.html --out-md summary.md [--log LOG]``
+
+One check of the config's ``check`` section (see :mod:`floorgap.reports.check`): for the
+drafters it names (decompose drafters of one target), their floor and model gap by slot beside
+the lookup tables, offline tau, the single-slot best-response gain, the verdict lines and, for
+several drafters, their paired differences; written as a page (``index.html``, figures inline)
+and a markdown summary. The spec is ``WorkflowSpec.check_spec``. ``floorgap check FOLDER ...``
+runs the workflow up to this stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from floorgap.errors import StageError
+from floorgap.stages._cli import add_files, stage_parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = stage_parser("floorgap check_report",
+                          "One check of drafters: verdicts, figures and tables as a page.")
+    add_files(parser, "--gaps", "--floors", "--out-html", "--out-md",
+              help={"--gaps": "the gaps summary of the decompose group (gaps/decompose.parquet)",
+                    "--floors": "the floors summary of the same target (floors/summary.parquet)",
+                    "--out-html": "the page (results/check/<name>/index.html)",
+                    "--out-md": "the markdown summary (results/check/<name>/summary.md)"})
+    return parser
+
+
+def main(args: argparse.Namespace, logger: logging.Logger) -> None:
+    from floorgap.reports.check import build_check, write_check
+
+    spec = args.spec
+    if not spec.get("drafters"):
+        raise StageError("--spec names no drafters (the check entry's drafters)")
+    for path in (args.gaps, args.floors):
+        if not path.exists():
+            raise StageError(f"{path} does not exist; run the gaps and floors stages first")
+    try:
+        report = build_check(args.gaps, args.floors, spec)
+    except ValueError as exc:
+        raise StageError(str(exc)) from exc
+    write_check(report, args.out_html, args.out_md)
+    for verdict in report.verdicts:
+        (logger.warning if verdict.flag else logger.info)("%s", verdict.text)
+    logger.info("check %s on %s: %d drafter(s), %d comparison(s); wrote %s, %s", report.name,
+                report.target, len(report.drafters), len(report.comparisons), args.out_html,
+                args.out_md)

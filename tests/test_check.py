@@ -1,0 +1,365 @@
+"""`floorgap check`: the check section of the config, the verdicts and comparisons computed from
+real gaps summaries of synthetic records, the page and summary, the check_report stage, and
+the command (its Snakemake run replaced by a stub; the real run is
+tests/integration/test_check_workflow.py)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import SMOKE_CONFIG, load_builders
+from floorgap.config import ConfigError, resolve
+
+DRAFTERS = {"mine": {"order": 0}, "other": {"order": 0}, "theirs": {"order": 1},
+            "table0": {"order": 0}, "table1": {"order": 1}}
+
+
+def smoke_with_checks(checks: dict, decompose: tuple[str, ...] = ("mine", "other", "theirs")
+                      ) -> dict:
+    cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
+    cfg["decompose"] = {n: {"checkpoint": {"format": "dspark" if n == "theirs" else "dflash",
+                                           "path": f"/models/{n}"}} for n in decompose}
+    cfg["check"] = checks
+    return cfg
+
+
+# ------------------------------------------------------------------ the config
+
+
+def test_a_check_compares_its_drafters_pairwise_in_the_decompose_summary() -> None:
+    spec = resolve(smoke_with_checks({"a+b": {"drafters": ["mine", "other", "theirs"]},
+                                      "solo": {"drafters": ["mine"]}}))
+    assert spec.check_contrasts() == [["mine", "other"], ["mine", "theirs"], ["other", "theirs"]]
+    contrasts = spec.gaps_spec("decompose")["contrasts"]
+    assert ["mine", "other"] in contrasts and ["other", "theirs"] in contrasts
+    check = spec.check_spec("a+b")
+    assert check["target"] == spec.primary and check["pairs"] == spec.check_contrasts()
+    assert [d["name"] for d in check["drafters"]] == ["mine", "other", "theirs"]
+    # each drafter beside the lookup tables of its own order
+    orders = {d["name"]: {spec.drafter_order(t) for t in d["lookups"]}
+              for d in check["drafters"]}
+    assert orders == {"mine": {0}, "other": {0}, "theirs": {1}}
+    assert spec.check_spec("solo")["pairs"] == []
+    assert spec.check_files() == ["results/check/a+b/index.html", "results/check/a+b/summary.md",
+                                  "results/check/solo/index.html", "results/check/solo/summary.md"]
+
+
+@pytest.mark.parametrize(("checks", "needle"), [
+    ({"c": {"drafters": ["nope"]}}, r"check.c names \['nope'\], which are not in the decompose"),
+    ({"c": {"drafters": ["mine"], "target": "tiny-random-b"}}, "not a target of scope full"),
+])
+def test_bad_checks_are_refused_by_name(checks, needle) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        resolve(smoke_with_checks(checks))
+
+
+def test_the_schema_refuses_a_check_without_drafters() -> None:
+    import jsonschema
+
+    from conftest import REPO
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    jsonschema.validate(smoke_with_checks({"c": {"drafters": ["mine"]}}), schema)
+    with pytest.raises(jsonschema.ValidationError, match="'drafters' is a required property"):
+        jsonschema.validate(smoke_with_checks({"c": {"target": "tiny-random"}}), schema)
+
+
+# ------------------------------------------------------------------ verdicts and the page
+
+
+@pytest.fixture(scope="module")
+def summaries(tmp_path_factory) -> tuple[Path, Path]:
+    """A real gaps summary of synthetic records (two order-0 drafters, one order-1, a table
+    of each order) with the lookup and pairwise contrasts, and a floors summary of the same
+    target and gamma with the other-order floors."""
+    from floorgap.records import read_metadata, write_table
+    from floorgap.stages._cli import run_stage
+    from floorgap.stages.gaps import build_parser, main
+
+    root = tmp_path_factory.mktemp("check")
+    files = load_builders("gap_builders").build(root, gamma=3, M=6, anchors_per_domain=3,
+                                                variants=DRAFTERS)
+    gaps = root / "gaps" / "decompose.parquet"
+    contrasts = [["mine", "table0"], ["other", "table0"], ["theirs", "table1"],
+                 ["mine", "other"], ["mine", "theirs"]]
+    assert run_stage(main, build_parser(), [
+        "--spec", json.dumps({"bootstrap": 50, "level": 0.9, "contrasts": contrasts,
+                              "sweeps": False}),
+        "--anchor-slot", str(files["anchor_slot"][0]), "--paths", *map(str, files["paths"]),
+        "--slots", *map(str, files["slots"]), "--out-summary", str(gaps), "--threads", "1"]) == 0
+    target = read_metadata(gaps)["target"]
+    rows = [{"statistic": s, "domain": d, "slot": k, "estimate": v + 0.01 * k,
+             "lower": v, "upper": v + 0.1, "n_anchors": 6, "note": ""}
+            for s, v in (("T0", 0.3), ("T1_split_covered", 0.1)) for d in ("all", "gsm8k")
+            for k in range(3)]
+    floors = root / "floors" / "summary.parquet"
+    write_table(floors, pd.DataFrame(rows), {"stage": "floors", "target": target, "gamma": 3})
+    return gaps, floors
+
+
+def check_spec(drafters=("mine", "other", "theirs"), pairs=(("mine", "other"),
+                                                            ("mine", "theirs"))) -> dict:
+    tables = {"mine": ["table0"], "other": ["table0"], "theirs": ["table1"]}
+    return {"name": "+".join(drafters), "level": 0.9, "pairs": [list(p) for p in pairs],
+            "drafters": [{"name": d, "entry": {"kind": "dspark" if d == "theirs" else "dflash"},
+                          "lookups": tables[d]} for d in drafters],
+            "command": "floorgap check /models/mine /models/other", "configfiles": []}
+
+
+def test_the_verdicts_follow_the_numbers_and_their_thresholds(summaries) -> None:
+    from floorgap.reports.check import FLOOR_SHARE, build_check
+    from floorgap.reports.gap_items import GapSummary
+
+    report = build_check(*summaries, check_spec())
+    gaps = GapSummary(summaries[0])
+    for c in report.drafters:
+        d = c.decomposition
+        kinds = [v.kind for v in c.verdicts]
+        assert kinds == ["under-trained", "floor", "order", "fix first"]
+        share = "G0_share" if d.order == 0 else "G1_share"
+        near = [k for k in range(3) if d.value(share, k) <= FLOOR_SHARE]
+        floor = c.verdicts[1]
+        if near:
+            assert f"at slots {', '.join(map(str, near))}" in floor.text and not floor.flag
+        else:
+            assert "not within 10% of its floor at any slot" in floor.text and floor.flag
+        # the table verdict flags exactly the slots where the paired difference is not < 0
+        table = "table0" if d.order == 0 else "table1"
+        diff = "diff_R" if d.order == 0 else "diff_R_oracle"
+        loses = [k for k in range(3) if not gaps.get(diff, f"{d.drafter}-{table}", k) < 0]
+        assert c.verdicts[0].flag == bool(loses)
+        # fix first: the slot of the largest held-out best-response gain
+        gains = [gaps.get("dtau_br", d.drafter, k) for k in range(3)]
+        best = max(range(3), key=lambda k: gains[k])
+        assert c.verdicts[3].text.startswith(f"fix slot {best} of {d.drafter} first")
+        assert f"{gains[best]:.3f}" in c.verdicts[3].text
+        # the order verdict quotes the other order's floor from the floors summary
+        assert ("0.120" if d.order == 0 else "0.320") in c.verdicts[2].text
+
+
+def test_comparisons_are_the_paired_differences_with_their_intervals(summaries) -> None:
+    from floorgap.reports.check import build_check
+    from floorgap.reports.gap_items import GapSummary
+
+    report = build_check(*summaries, check_spec())
+    gaps = GapSummary(summaries[0])
+    same, mixed = report.comparisons
+    for c in (same, mixed):
+        est, lo, hi = (gaps.get("diff_tau", f"{c.a}-{c.b}", -1, field=f)
+                       for f in ("estimate", "lower", "upper"))
+        assert c.diff_tau == pytest.approx((est, lo, hi))
+        resolved = lo > 0 or hi < 0
+        assert c.verdict.flag == resolved
+        assert ("accepts longer" in c.verdict.text) == resolved
+        assert ("no difference in tau resolved" in c.verdict.text) == (not resolved)
+    # one order: the risk by slot too; two orders: tau only
+    assert same.risk_statistic == "R" and len(same.diff_risk) == 3
+    assert same.diff_risk["estimate"].tolist() == pytest.approx(
+        [gaps.get("diff_R", "mine-other", k) for k in range(3)])
+    assert mixed.risk_statistic == "" and mixed.diff_risk.empty
+
+
+def test_a_pair_missing_from_the_summary_is_refused(summaries) -> None:
+    from floorgap.reports.check import build_check
+
+    with pytest.raises(ValueError, match="no paired difference 'other-theirs'"):
+        build_check(*summaries, check_spec(pairs=[("other", "theirs")]))
+
+
+def test_the_page_holds_the_verdicts_figures_tables_and_command(summaries) -> None:
+    from floorgap.reports.check import build_check, to_html, to_markdown
+
+    report = build_check(*summaries, check_spec())
+    page = to_html(report)
+    # verdicts first, each escaped into one list item
+    verdict_block = page[page.index('id="verdicts"'):page.index("</ul>")]
+    items = re.findall(r"<li[^>]*>(.*?)</li>", verdict_block)
+    import html
+
+    assert [html.unescape(i) for i in items] == [v.text for v in report.verdicts]
+    # one figure per drafter and one side by side, each a real PNG inline
+    images = re.findall(r'<img src="data:image/png;base64,([^"]+)"', page)
+    assert len(images) == 4
+    assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
+    assert page.count('<table class="dataframe numbers">') == 3 + 1  # + mine - other by slot
+    assert "floorgap check /models/mine /models/other" in page
+    md = to_markdown(report)
+    assert all(v.text in md for v in report.verdicts)
+    assert md.count("| slot |") == 3
+
+
+def test_one_drafter_has_no_comparison_section(summaries) -> None:
+    from floorgap.reports.check import build_check, to_html
+
+    report = build_check(*summaries, check_spec(drafters=("mine",), pairs=()))
+    page = to_html(report)
+    assert "Side by side" not in page and len(re.findall(r"<img ", page)) == 1
+
+
+def test_the_stage_writes_the_page_and_the_summary(summaries, tmp_path) -> None:
+    from floorgap.stages._cli import run_stage
+    from floorgap.stages.check_report import build_parser, main
+
+    out = tmp_path / "check" / "c"
+    config = tmp_path / "config.yaml"
+    config.write_text("seed: 1\n")
+    spec = {**check_spec(), "configfiles": [str(config)]}
+    args = ["--spec", json.dumps(spec), "--gaps", str(summaries[0]), "--floors",
+            str(summaries[1]), "--out-html", str(out / "index.html"), "--out-md",
+            str(out / "summary.md")]
+    assert run_stage(main, build_parser(), args) == 0
+    page = (out / "index.html").read_text()
+    assert "seed: 1" in page and str(config) in page
+    assert (out / "summary.md").read_text().startswith("# floorgap check mine+other+theirs")
+    bad = {**spec, "pairs": [["other", "theirs"]]}
+    out2 = tmp_path / "bad"
+    assert run_stage(main, build_parser(), ["--spec", json.dumps(bad), *args[2:6],
+                                            "--out-html", str(out2 / "index.html"),
+                                            "--out-md", str(out2 / "summary.md")]) == 2
+    assert not out2.exists() or not any(out2.iterdir())
+
+
+# ------------------------------------------------------------------ floorgap check
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, Path]:
+    """Two exported DFlash folders and a speculators DSpark one on a tiny random Llama."""
+    import torch
+    import transformers
+
+    from floorgap.models.drafters import DrafterConfig, build_drafter
+    from floorgap.models.engine_formats import export_drafter
+
+    torch.manual_seed(0)
+    target = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False))
+    root = tmp_path_factory.mktemp("folders")
+    out = {}
+    for name, kind, fmt in (("Draft_A", "dflash", "dflash"), ("draft-b", "dflash", "dflash"),
+                            ("spec", "dspark", "speculators")):
+        cfg = DrafterConfig(kind=kind, gamma=3, hidden_size=32, n_layers=1, n_heads=4,
+                            intermediate_size=64, taps=[0, 1], markov_rank=4)
+        out[name] = export_drafter(build_drafter(cfg, target), root / name, fmt)
+    return out
+
+
+@pytest.fixture
+def checkout(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "checkout"
+    (root / "workflow" / "rules").mkdir(parents=True)
+    (root / "Snakefile").write_text("# stub\n")
+    (root / "config.yaml").write_text(SMOKE_CONFIG.read_text())
+    monkeypatch.chdir(root)
+    return root
+
+
+def test_the_command_writes_one_overlay_for_all_folders_and_runs_snakemake(
+        folders, checkout, monkeypatch, capsys) -> None:
+    from floorgap import cli
+
+    calls = []
+
+    def fake_run(cmd, cwd, check):
+        calls.append((cmd, cwd))
+        md = Path(cwd) / "results/check/draft_a+draft-b+spec/summary.md"
+        md.parent.mkdir(parents=True, exist_ok=True)
+        md.write_text("# floorgap check draft_a+draft-b+spec\n")
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(cli.subprocess, "run", fake_run)
+    argv = ["check", *(str(folders[n]) for n in ("Draft_A", "draft-b", "spec")), "--cores", "2"]
+    assert cli.main(argv) == 0
+    (cmd, _), = calls
+    overlay_path = checkout / "results" / "check" / "draft_a+draft-b+spec.yaml"
+    overlay = yaml.safe_load(overlay_path.read_text())
+    assert list(overlay["decompose"]) == ["draft_a", "draft-b", "spec"]
+    assert overlay["decompose"]["spec"] == {"checkpoint": {
+        "format": "speculators", "path": str(folders["spec"].resolve())}, "kind": "dspark"}
+    entry = overlay["check"]["draft_a+draft-b+spec"]
+    assert entry["drafters"] == ["draft_a", "draft-b", "spec"]
+    assert entry["target"] == "tiny-random" and entry["command"].startswith("floorgap check ")
+    assert entry["configfiles"] == [str(checkout / "config.yaml"), str(overlay_path)]
+    files = [f"results/check/draft_a+draft-b+spec/{f}" for f in ("index.html", "summary.md")]
+    assert all(cmd.index(f) < cmd.index("--configfile") for f in files)
+    assert cmd[cmd.index("--configfile") + 1:] == [str(checkout / "config.yaml"),
+                                                   str(overlay_path)]
+    out = capsys.readouterr().out
+    assert "# floorgap check draft_a+draft-b+spec" in out and "index.html" in out
+    # the overlay merged over the base resolves
+    base = yaml.safe_load((checkout / "config.yaml").read_text())
+    spec = resolve({**copy.deepcopy(base), **overlay})
+    assert spec.check_contrasts() == [["draft_a", "draft-b"], ["draft_a", "spec"],
+                                      ["draft-b", "spec"]]
+
+
+def test_the_command_refuses_bad_invocations(folders, checkout, monkeypatch, capsys) -> None:
+    from floorgap import cli
+
+    monkeypatch.setattr(cli.subprocess, "run", lambda *a, **k: pytest.fail("ran Snakemake"))
+    a, b = str(folders["Draft_A"]), str(folders["draft-b"])
+    assert cli.main(["check", a, b, "--name", "x"]) == 2
+    assert "1 --name for 2 folders" in capsys.readouterr().err
+    assert cli.main(["check", a, b, "--name", "x", "--name", "x"]) == 2
+    assert "repeat" in capsys.readouterr().err
+    assert cli.main(["check", a, "--target", "nope"]) == 2
+    assert "target 'nope' is not one of the targets" in capsys.readouterr().err
+    assert cli.main(["check", str(checkout)]) == 2
+    assert "has no config.json" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ in a real browser
+
+
+def _browser():
+    """Headless Chromium from the distribution's packages, driven by Selenium; skipped where
+    it is not installed unless FLOORGAP_REQUIRE_BROWSER is set (CI sets it)."""
+    import os
+    import shutil
+
+    driver_path = shutil.which("chromedriver")
+    browser_path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not (driver_path and browser_path):
+        if os.environ.get("FLOORGAP_REQUIRE_BROWSER"):
+            pytest.fail("chromium and chromedriver are required (apt install chromium "
+                        "chromium-driver)")
+        pytest.skip("no chromium/chromedriver (apt install chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser_path
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(arg)
+    return webdriver.Chrome(service=Service(driver_path), options=options)
+
+
+def test_the_page_opens_in_a_browser_with_every_figure_and_verdict(summaries, tmp_path) -> None:
+    from floorgap.reports.check import build_check, write_check
+
+    report = build_check(*summaries, check_spec())
+    page = tmp_path / "check" / "index.html"
+    write_check(report, page, tmp_path / "check" / "summary.md")
+    driver = _browser()
+    try:
+        driver.get(page.as_uri())
+        images = driver.execute_script(
+            "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.alt]);")
+        shown = driver.execute_script(
+            "return Array.from(document.querySelectorAll('#verdicts li')).map(li => li.innerText);")
+        title = driver.title
+    finally:
+        driver.quit()
+    assert title == f"floorgap check {report.name}"
+    assert len(images) == 4 and all(done and width > 100 for done, width, _ in images), images
+    assert shown == [v.text for v in report.verdicts]
