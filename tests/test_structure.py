@@ -84,6 +84,31 @@ def test_layers_only_point_down() -> None:
     assert upward_imports(package_sources()) == []
 
 
+def import_cycle(modules: dict[str, str]) -> list[str]:
+    """One import cycle among ``modules`` (imports at any depth, lazy ones too), or []."""
+    import graphlib
+
+    names = {m.removesuffix(".__init__"): m for m in modules}
+    graph = {name: {i for i in floorgap_imports(modules[key], key) if i in names and i != name}
+             for name, key in names.items()}
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        return list(exc.args[1])
+    return []
+
+
+def test_no_import_cycle() -> None:
+    assert import_cycle(package_sources()) == []
+
+
+def test_cycle_check_catches_a_lazy_cycle() -> None:
+    modules = {"floorgap.reports.a": "from floorgap.reports.b import X\n",
+               "floorgap.reports.b": "def f():\n    from floorgap.reports.a import Y\n",
+               "floorgap.reports.c": "from floorgap.reports.a import X\n"}
+    assert sorted(set(import_cycle(modules))) == ["floorgap.reports.a", "floorgap.reports.b"]
+
+
 def test_layer_check_catches_an_inverted_import() -> None:
     # An estimator that reaches up into the analysis layer, and a data module that imports a
     # stage command (the old `from floorgap.cli import StageError`), are both caught.

@@ -188,3 +188,53 @@ class LongSummary:
     def target(self) -> str:
         """The target whose records the summary aggregates."""
         return str(self.meta.get("target") or "")
+
+
+# ------------------------------------------------------------------------ shared readers
+
+#: The macro stem of each drafter role: the paper cites a drafter's numbers by its role.
+ROLE_STEMS = {"order0": "dflash", "order1": "dspark", "ours": "ours"}
+#: The served system without a drafter (plain autoregressive decoding).
+AR = "ar"
+
+
+def role_stem(roles: Mapping[str, str], name: str) -> str:
+    """The macro stem of drafter ``name``: the stem of its role in ``roles`` (config
+    ``drafters.roles``), else its own name."""
+    return next((stem for role, stem in ROLE_STEMS.items() if roles.get(role) == name), name)
+
+
+class ServedSummary:
+    """Lookups into the serving summary of the engine runs (``serving_summary`` stage: tau and
+    speedup by system, task, temperature and concurrency)."""
+
+    def __init__(self, path: Path) -> None:
+        self.df = read_table(path)
+        self.meta = read_metadata(path)
+        need = {"statistic", "system", "task", "temperature", "concurrency", "estimate"}
+        if not need <= set(self.df.columns):
+            raise ValueError(f"{path}: not a serving summary (columns {sorted(self.df.columns)})")
+        stats = self.df[self.df["statistic"].isin(("tau", "speedup"))]
+        self.systems = [s for s in dict.fromkeys(stats["system"]) if s != AR]
+        self.temperatures = sorted(set(stats["temperature"].astype(float)))
+        self.levels = sorted(c for c in set(stats["concurrency"].astype(int)) if c > 0)
+        self.tasks = [t for t in dict.fromkeys(stats["task"]) if t != "macro"]
+        if not self.systems:
+            raise ValueError(f"{path}: no drafter was served (only AR)")
+
+    @property
+    def cpu(self) -> bool:
+        return not str(self.meta.get("device", "cpu")).startswith("cuda")
+
+    def row(self, stat: str, system: str, task: str, temp: float, conc: int) -> pd.Series:
+        df = self.df
+        hit = df[(df["statistic"] == stat) & (df["system"] == system) & (df["task"] == task)
+                 & (df["temperature"] == temp) & (df["concurrency"] == conc)]
+        if len(hit) != 1:
+            raise ValueError(f"serving summary: {len(hit)} rows for {stat} {system} {task} "
+                             f"T={temp:g} C={conc}")
+        return hit.iloc[0]
+
+    def rows_of(self, task: str) -> int:
+        hit = self.df[(self.df["statistic"] == "rows") & (self.df["task"] == task)]
+        return int(hit["estimate"].iloc[0])

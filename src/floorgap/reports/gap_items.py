@@ -28,7 +28,9 @@ import pandas as pd
 from floorgap.analysis.lookup_verdicts import lookup_verdicts
 from floorgap.config import KIND_ORDER
 from floorgap.reports.common import (
+    ROLE_STEMS,
     LongSummary,
+    ServedSummary,
     fmt,
     fmt_interval,
     fmt_pct,
@@ -36,6 +38,7 @@ from floorgap.reports.common import (
     fmt_signed,
     item_figure,
     macro_name,
+    role_stem,
     save_item_figure,
     write_table,
 )
@@ -109,9 +112,7 @@ def _served_taus(inputs: Mapping[str, Path]) -> dict[str, pd.Series]:
     given one (``served``): system -> summary row. Empty without it or without T = 1."""
     if "served" not in inputs:
         return {}
-    from floorgap.reports.serving_items import ServingSummary
-
-    served = ServingSummary(inputs["served"])
+    served = ServedSummary(inputs["served"])
     if 1.0 not in served.temperatures:
         return {}
     return {v: served.row("tau", v, "macro", 1.0, 0) for v in served.systems}
@@ -133,13 +134,10 @@ def _names(spec: Mapping[str, Any]) -> tuple[str, str, str]:
 
 #: The macro stem of each role: the paper's text cites numbers by role (\fgDflash..., \fgDspark...,
 #: \fgOurs...), whatever the variants of a config are called.
-ROLE_STEMS = {"order0": "dflash", "order1": "dspark", "ours": "ours"}
-
-
 def _stem(spec: Mapping[str, Any], variant: str) -> str:
-    """The macro stem of ``variant``: its role's (:data:`ROLE_STEMS`), else its own name."""
-    names = dict(zip(ROLE_STEMS, _names(spec)))
-    return next((ROLE_STEMS[r] for r, v in names.items() if v == variant), variant)
+    """The macro stem of ``variant`` (:func:`floorgap.reports.common.role_stem`); the roles
+    are checked first."""
+    return role_stem(dict(zip(ROLE_STEMS, _names(spec))), variant)
 
 
 def _baseline_variants(s: GapSummary, spec: Mapping[str, Any]) -> list[str]:

@@ -17,57 +17,21 @@ from typing import Any
 
 import pandas as pd
 
-from floorgap.records import read_metadata, read_table
-from floorgap.reports.gap_items import ROLE_STEMS
 from floorgap.reports.common import (
+    AR,
+    ROLE_STEMS,
+    ServedSummary,
     fmt,
     fmt_interval,
     item_figure,
     macro_name,
+    role_stem,
     save_item_figure,
     write_table,
 )
 
 __all__ = ["figH_served_vs_offline", "table1_serving", "table9_serving_per_task",
            "table11_concurrency"]
-
-AR = "ar"
-
-
-class ServingSummary:
-    """Lookups into the serving summary."""
-
-    def __init__(self, path: Path) -> None:
-        self.df = read_table(path)
-        self.meta = read_metadata(path)
-        need = {"statistic", "system", "task", "temperature", "concurrency", "estimate"}
-        if not need <= set(self.df.columns):
-            raise ValueError(f"{path}: not a serving summary (columns {sorted(self.df.columns)})")
-        stats = self.df[self.df["statistic"].isin(("tau", "speedup"))]
-        self.systems = [s for s in dict.fromkeys(stats["system"]) if s != AR]
-        self.temperatures = sorted(set(stats["temperature"].astype(float)))
-        self.levels = sorted(c for c in set(stats["concurrency"].astype(int)) if c > 0)
-        self.tasks = [t for t in dict.fromkeys(stats["task"]) if t != "macro"]
-        if not self.systems:
-            raise ValueError(f"{path}: no drafter was served (only AR)")
-
-    @property
-    def cpu(self) -> bool:
-        return not str(self.meta.get("device", "cpu")).startswith("cuda")
-
-    def row(self, stat: str, system: str, task: str, temp: float, conc: int) -> pd.Series:
-        df = self.df
-        hit = df[(df["statistic"] == stat) & (df["system"] == system) & (df["task"] == task)
-                 & (df["temperature"] == temp) & (df["concurrency"] == conc)]
-        if len(hit) != 1:
-            raise ValueError(f"serving summary: {len(hit)} rows for {stat} {system} {task} "
-                             f"T={temp:g} C={conc}")
-        return hit.iloc[0]
-
-    def rows_of(self, task: str) -> int:
-        hit = self.df[(self.df["statistic"] == "rows") & (self.df["task"] == task)]
-        return int(hit["estimate"].iloc[0])
-
 
 def _x(r: pd.Series) -> str:
     return f"{fmt(r['estimate'], 2)}$\\times$"
@@ -81,7 +45,7 @@ def _label(name: str) -> str:
     return name.replace("_", "\\_")
 
 
-def _long(s: ServingSummary, tasks: list[str], concs: list[int]) -> list[dict]:
+def _long(s: ServedSummary, tasks: list[str], concs: list[int]) -> list[dict]:
     df = s.df
     keep = df["task"].isin(tasks) & df["concurrency"].isin(concs) & \
         df["statistic"].isin(("tau", "speedup"))
@@ -92,7 +56,7 @@ def table1_serving(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir:
                    ) -> dict[str, str]:
     """Table 1: task-macro tau (mean over concurrency) and sequential speedup S over AR, per
     drafter and temperature, with row-bootstrap intervals."""
-    s = ServingSummary(inputs["summary"])
+    s = ServedSummary(inputs["summary"])
     seq = s.levels[0]
     header = ["Drafter"]
     for t in s.temperatures:
@@ -121,7 +85,7 @@ def table9_serving_per_task(inputs: Mapping[str, Path], spec: Mapping[str, Any],
                             ) -> dict[str, str]:
     """Table 9: per task rows, tau (mean over concurrency) and sequential speedup of every
     drafter at every temperature; the last row the equal task macro."""
-    s = ServingSummary(inputs["summary"])
+    s = ServedSummary(inputs["summary"])
     seq = s.levels[0]
     header = ["Task", "Rows"]
     for t in s.temperatures:
@@ -146,7 +110,7 @@ def table11_concurrency(inputs: Mapping[str, Path], spec: Mapping[str, Any], out
                         ) -> dict[str, str]:
     """Table 11: per temperature and concurrency, each drafter's task-macro speedup over AR and
     tau; with two or more drafters, the second's throughput gain over the first."""
-    s = ServingSummary(inputs["summary"])
+    s = ServedSummary(inputs["summary"])
     header = ["$T$", "$C$", *[f"$S$ {_label(v)}" for v in s.systems],
               *[f"$\\tau$ {_label(v)}" for v in s.systems]]
     pair = s.systems[:2] if len(s.systems) >= 2 else None
@@ -175,11 +139,7 @@ _REPLAY_STATS = ("z", "lossless", "agreement", "tau_matched", "tau_offline", "ro
 
 
 def _stem(spec: Mapping[str, Any], system: str) -> str:
-    """The macro stem of a served drafter: its role's (the paper cites numbers by role, as the
-    gap half does), else its own name."""
-    roles = spec.get("roles") or {}
-    return next((ROLE_STEMS[r] for r, v in roles.items() if v == system and r in ROLE_STEMS),
-                system)
+    return role_stem(spec.get("roles") or {}, system)
 
 
 def figH_served_vs_offline(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
@@ -189,7 +149,7 @@ def figH_served_vs_offline(inputs: Mapping[str, Path], spec: Mapping[str, Any], 
     temperature, with row-bootstrap intervals and the identity line; the panel title gives the
     exact acceptance test's z (T > 0) and the share of rounds the greedy replay reproduces
     (T = 0). An engine without per-round counts leaves its panel empty and says so."""
-    s = ServingSummary(inputs["summary"])
+    s = ServedSummary(inputs["summary"])
     df = s.df
     replayed = set(df.loc[df["statistic"] == "tau_matched", "system"])
     fig, axes = item_figure(spec, len(s.systems))
