@@ -124,10 +124,11 @@ def test_the_verdicts_follow_the_numbers_and_their_thresholds(summaries) -> None
     for c in report.drafters:
         d = c.decomposition
         kinds = [v.kind for v in c.verdicts]
-        assert kinds == ["under-trained", "floor", "order", "fix first"]
+        assert kinds == ["export", "under-trained", "floor", "order", "fix first"]
+        assert "no reference weights" in c.verdicts[0].text and not c.verdicts[0].flag
         share = "G0_share" if d.order == 0 else "G1_share"
         near = [k for k in range(3) if d.value(share, k) <= FLOOR_SHARE]
-        floor = c.verdicts[1]
+        floor = c.verdicts[2]
         if near:
             assert f"at slots {', '.join(map(str, near))}" in floor.text and not floor.flag
         else:
@@ -136,14 +137,42 @@ def test_the_verdicts_follow_the_numbers_and_their_thresholds(summaries) -> None
         table = "table0" if d.order == 0 else "table1"
         diff = "diff_R" if d.order == 0 else "diff_R_oracle"
         loses = [k for k in range(3) if not gaps.get(diff, f"{d.drafter}-{table}", k) < 0]
-        assert c.verdicts[0].flag == bool(loses)
+        assert c.verdicts[1].flag == bool(loses)
         # fix first: the slot of the largest held-out best-response gain
         gains = [gaps.get("dtau_br", d.drafter, k) for k in range(3)]
         best = max(range(3), key=lambda k: gains[k])
-        assert c.verdicts[3].text.startswith(f"fix slot {best} of {d.drafter} first")
-        assert f"{gains[best]:.3f}" in c.verdicts[3].text
+        assert c.verdicts[4].text.startswith(f"fix slot {best} of {d.drafter} first")
+        assert f"{gains[best]:.3f}" in c.verdicts[4].text
         # the order verdict quotes the other order's floor from the floors summary
-        assert ("0.120" if d.order == 0 else "0.320") in c.verdicts[2].text
+        assert ("0.120" if d.order == 0 else "0.320") in c.verdicts[3].text
+
+
+def fidelity_record(drafter: str, tvs=(0.0, 0.0, 0.0), error: str | None = None) -> dict:
+    return {"drafter": drafter, "folder": f"/models/{drafter}", "anchors": 8,
+            "reference": f"results/t/drafters/{drafter}/final.pt", "error": error,
+            "slots": [] if error else [{"slot": k, "blocks": 8, "max_abs_dq": tv / 3,
+                                         "mean_tv": tv, "argmax_agreement": 1 - tv}
+                                        for k, tv in enumerate(tvs)]}
+
+
+@pytest.mark.parametrize(("record", "needle", "flag"), [
+    (fidelity_record("mine"), "reads as the weights it was exported from", False),
+    (fidelity_record("mine", tvs=(0.0, 0.2, 0.05)),
+     "export or layout fault: mine's folder does not read as results/t/drafters/mine/final.pt: "
+     "mean TV(q_ref, q) above 0.01 at slots 1, 2 (up to 0.200)", True),
+    (fidelity_record("mine", error="gamma=3 needs 3 block rows"),
+     "export or layout fault: mine's folder does not read as results/t/drafters/mine/final.pt: "
+     "gamma=3 needs 3 block rows", True),
+])
+def test_the_export_verdict_reads_the_fidelity_record(summaries, record, needle, flag) -> None:
+    from floorgap.reports.check import build_check
+
+    spec = {**check_spec(drafters=("mine",), pairs=()),
+            "references": {"mine": record["reference"]}}
+    with pytest.raises(ValueError, match=r"no export_fidelity record for \['mine'\]"):
+        build_check(*summaries, spec)
+    verdict = build_check(*summaries, spec, fidelity={"mine": record}).drafters[0].verdicts[0]
+    assert verdict.kind == "export" and needle in verdict.text and verdict.flag == flag
 
 
 def test_comparisons_are_the_paired_differences_with_their_intervals(summaries) -> None:
@@ -316,6 +345,27 @@ def test_the_command_refuses_bad_invocations(folders, checkout, monkeypatch, cap
     assert "target 'nope' is not one of the targets" in capsys.readouterr().err
     assert cli.main(["check", str(checkout)]) == 2
     assert "has no config.json" in capsys.readouterr().err
+    assert cli.main(["check", a, b, "--reference", "w.pt"]) == 2
+    assert "1 --reference for 2 folders" in capsys.readouterr().err
+
+
+def test_a_reference_per_folder_reaches_the_check_entry(folders, checkout, monkeypatch) -> None:
+    from floorgap import cli
+
+    monkeypatch.setattr(cli.subprocess, "run",
+                        lambda cmd, cwd, check: subprocess.CompletedProcess(cmd, 0))
+    a, b = str(folders["Draft_A"]), str(folders["draft-b"])
+    assert cli.main(["check", a, b, "--reference", "results/t/drafters/v/final.pt",
+                     "--reference", "-", "--report", "pair", "--dry-run"]) == 0
+    overlay = yaml.safe_load((checkout / "results" / "check" / "pair.yaml").read_text())
+    assert overlay["check"]["pair"]["references"] == {
+        "draft_a": "results/t/drafters/v/final.pt"}
+    base = yaml.safe_load((checkout / "config.yaml").read_text())
+    spec = resolve({**base, **overlay})
+    assert spec.fidelity_files("pair") == ["results/check/pair/fidelity/draft_a.json"]
+    fid = spec.fidelity_spec("pair", "draft_a")
+    assert fid["folder"] == str(folders["Draft_A"].resolve())
+    assert fid["reference"] == "results/t/drafters/v/final.pt" and fid["anchors_per_domain"] == 4
 
 
 # ------------------------------------------------------------------ in a real browser
@@ -363,3 +413,14 @@ def test_the_page_opens_in_a_browser_with_every_figure_and_verdict(summaries, tm
     assert title == f"floorgap check {report.name}"
     assert len(images) == 4 and all(done and width > 100 for done, width, _ in images), images
     assert shown == [v.text for v in report.verdicts]
+
+
+def test_no_slot_to_fix_when_no_best_response_gains() -> None:
+    from floorgap.reports.check import fix_first_verdict
+
+    gains = pd.DataFrame({"slot": [0, 1], "estimate": [0.0, -0.01], "lower": [0.0, -0.02],
+                          "upper": [0.0, 0.0]})
+    assert fix_first_verdict("x", gains).text == (
+        "x: no single slot's best response gains tau (the largest held-out gain is 0.000)")
+    gains.loc[1, "estimate"] = 0.2
+    assert fix_first_verdict("x", gains).text.startswith("fix slot 1 of x first")

@@ -432,6 +432,11 @@ def check_parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", action="append", default=None,
                         help="a drafter's name in the results, once per folder in order "
                              "(default: the folder's name, lower-cased)")
+    parser.add_argument("--reference", action="append", default=None,
+                        help="the weights a folder was exported from (a final.pt of the "
+                             "drafters stage, e.g. results/<target>/drafters/<v>/final.pt), once "
+                             "per folder in order, - for none: the check then names an export "
+                             "or layout fault")
     parser.add_argument("--report", default=None,
                         help="the check's name, results/check/<report>/ (default: the drafters' "
                              "names joined by +)")
@@ -473,6 +478,10 @@ def _check_plan(args: argparse.Namespace, argv: Sequence[str]
                              "folder, in order, or none")
     if len(set(names)) != len(names):
         raise DecomposeError(f"the drafter names {names} repeat; pass --name once per folder")
+    refs = args.reference or ["-"] * len(folders)
+    if len(refs) != len(folders):
+        raise DecomposeError(f"{len(refs)} --reference for {len(folders)} folders; give one per "
+                             "folder, in order (- for a folder without one), or none")
     base = (args.configfile or root / "config.yaml").expanduser().resolve()
     if not base.is_file():
         raise DecomposeError(f"config file {base} does not exist; pass --configfile")
@@ -490,6 +499,9 @@ def _check_plan(args: argparse.Namespace, argv: Sequence[str]
         "drafters": names, "target": target,
         "command": shlex.join(["floorgap", "check", *argv]),
         "configfiles": [str(base), str(path)]}}
+    references = {n: str(Path(r).expanduser()) for n, r in zip(names, refs) if r != "-"}
+    if references:
+        overlay["check"][report]["references"] = references
     overlay_path = write_overlay(path, overlay)
     files = [f"results/check/{report}/{f}" for f in CHECK_FILES]
     return root, _snakemake_command(root, base, overlay_path, files, args), files

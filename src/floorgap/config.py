@@ -466,8 +466,26 @@ class WorkflowSpec:
                               "lookups": [t for [_, t] in self.lookup_contrasts([d])]}
                              for d in drafters],
                 "pairs": pairs, "level": self.config["analysis"]["level"],
+                "references": dict(entry.get("references") or {}),
                 "command": entry.get("command", ""),
                 "configfiles": list(entry.get("configfiles", []))}
+
+    def fidelity_files(self, name: str) -> list[str]:
+        """The export fidelity records check ``name`` reads: one per drafter with a reference."""
+        refs = self.checks[name].get("references") or {}
+        return [f"results/check/{name}/fidelity/{d}.json" for d in self.checks[name]["drafters"]
+                if d in refs]
+
+    def fidelity_spec(self, name: str, drafter: str) -> dict[str, Any]:
+        """What the export_fidelity stage reads: the target, the folder and its reference, the
+        evaluation law, gamma and how many anchors per domain."""
+        target = self.check_target(name)
+        entry = self.checks[name]
+        return {"target": self.target(target), "drafter": drafter,
+                "folder": self.variant_entry(drafter)["checkpoint"]["path"],
+                "reference": entry["references"][drafter],
+                "law": self.config["evaluation_law"], "gamma": self.config["anchors"]["gamma"],
+                "anchors_per_domain": int(entry.get("fidelity_anchors", 4))}
 
     def check_files(self) -> list[str]:
         """The check_report stage's outputs of every check of the config."""
@@ -763,6 +781,10 @@ def _check_checks(spec: WorkflowSpec) -> None:
             raise ConfigError(f"check.{name} names {unknown}, which are not in the decompose "
                               f"section ({', '.join(spec.decompose) or 'empty'}); add their "
                               "checkpoint entries there (floorgap check writes both)")
+        stray = sorted(set(entry.get("references") or {}) - set(entry["drafters"]))
+        if stray:
+            raise ConfigError(f"check.{name}.references names {stray}, which the check does not "
+                              f"list in drafters ({', '.join(entry['drafters'])})")
         target = spec.check_target(name)
         if target not in spec.targets or spec.scope(target) != "full":
             raise ConfigError(f"check.{name}.target {target!r} is not a target of scope full "

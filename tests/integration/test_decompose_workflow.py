@@ -137,3 +137,17 @@ def test_check_command_writes_the_page_and_reuses_the_floors(smoke_target, smoke
                                                "gaps", "check_report"}}
     assert {"drafters", "check_report"} <= planned
     assert not planned & {"corpus", "anchors", "rollouts", "floors", "drafter_data"}
+    # the smoke run's own DFlash (trimmed vocabulary, mask embedding), as exported for vLLM,
+    # against the weights it was exported from
+    export = work / "results" / target / "export" / "dflash" / "dflash"
+    weights = f"results/{target}/drafters/dflash/final.pt"
+    res = subprocess.run([sys.executable, "-m", "floorgap", "check", str(export), "--name",
+                          "exported", "--reference", weights, "--configfile", str(smoke),
+                          "--cores", "2"], cwd=work, env=snakemake_env(), capture_output=True,
+                         text=True, timeout=1800)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    fidelity = json.loads((work / "results" / "check" / "exported" / "fidelity" /
+                           "exported.json").read_text())
+    assert fidelity["error"] is None and fidelity["anchors"] == 4 * 4
+    assert max(s["max_abs_dq"] for s in fidelity["slots"]) < 1e-5
+    assert "exported's folder reads as the weights it was exported from" in res.stdout

@@ -11,6 +11,7 @@ if W.checks:
         input:
             gaps=lambda w: f"results/{W.check_target(w.name)}/gaps/decompose.parquet",
             floors=lambda w: f"results/{W.check_target(w.name)}/floors/summary.parquet",
+            fidelity=lambda w: W.fidelity_files(w.name),
         output:
             html="results/check/{name}/index.html",
             md="results/check/{name}/summary.md",
@@ -28,5 +29,6 @@ if W.checks:
             CONDA_ENV
         shell:
             "floorgap check_report --spec {params.spec:q} --gaps {input.gaps}"
-            " --floors {input.floors} --out-html {output.html} --out-md {output.md}"
+            " --floors {input.floors} --fidelity {input.fidelity}"
+            " --out-html {output.html} --out-md {output.md}"
             " --log {log} --threads {threads}"

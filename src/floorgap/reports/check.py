@@ -19,7 +19,11 @@ it states:
 * **order**: the floor of the other conditioning order at the last slot, T^(0) against T^(1):
   what a drafter that sees its predecessor could reach (order 0), or what seeing it removes
   (order 1);
-* **fix first**: the slot with the largest held-out dtau_br.
+* **fix first**: the slot with the largest held-out dtau_br;
+* **export**: for a folder exported from weights trained here (a reference), whether it reads as
+  those weights (:mod:`floorgap.probes.export_fidelity`: mean TV(q_ref, q) at most
+  :data:`FIDELITY_TV` at every slot), else an export or layout fault; without a reference, that
+  an export fault would look like a poorly trained drafter.
 
 For several drafters, each pair's paired difference in tau on the same anchors and paths (and
 in risk by slot when both are of one order), with its interval: "a accepts longer than b" only
@@ -43,11 +47,14 @@ from floorgap.records import atomic_path
 from floorgap.reports.decomposition import Decomposition, by_slot_cells, decompose
 from floorgap.reports.gap_items import GapSummary
 
-__all__ = ["FLOOR_SHARE", "CheckReport", "Comparison", "DrafterCheck", "Verdict",
+__all__ = ["FIDELITY_TV", "FLOOR_SHARE", "CheckReport", "Comparison", "DrafterCheck", "Verdict",
            "build_check", "to_html", "to_markdown", "write_check"]
 
 #: A slot is "within reach of its floor" when the model gap is at most this share of the risk.
 FLOOR_SHARE = 0.10
+#: A folder "reads as its reference weights" when the mean TV(q_ref, q) is at most this at every
+#: slot (a faithful export in the weights' dtype gives 0; bf16 rounding stays far below).
+FIDELITY_TV = 0.01
 #: Per order: (floor, gap, gap share, risk) statistics of the decomposition, and the risk's name.
 _PARTS = {0: ("T0", "G0", "G0_share", "R", "R"),
           1: ("T1", "G1", "G1_share", "R_oracle", "R^oracle")}
@@ -149,6 +156,10 @@ def order_verdict(d: Decomposition) -> Verdict:
     last = d.gamma - 1
     if d.order == 0:
         t0, t1 = d.value("T0", last), d.value("floors_T1", last)
+        if not math.isfinite(t1):
+            return Verdict("order", f"the order-1 floor T^(1) at slot {last} was not estimated "
+                           "(no covered paths there), so what a drafter that sees its "
+                           f"predecessor could reach is unknown; T^(0) is {_num(t0)}")
         return Verdict("order", f"a higher conditioning order can go lower: at slot {last} the "
                        f"order-0 floor T^(0) is {_num(t0)}, the order-1 floor T^(1) "
                        f"{_num(t1)} (a drafter that sees its predecessor)")
@@ -165,17 +176,49 @@ def fix_first_verdict(name: str, gain: pd.DataFrame) -> Verdict:
     if ok.empty:
         return Verdict("fix first", f"{name}: no single-slot best-response gain was estimated")
     best = ok.loc[ok["estimate"].idxmax()]
+    if not best["estimate"] > 0:
+        return Verdict("fix first", f"{name}: no single slot's best response gains tau (the "
+                       f"largest held-out gain is {_num(best['estimate'])})")
     return Verdict("fix first", f"fix slot {int(best['slot'])} of {name} first: the single-slot "
                    f"best response there gains {_num(best['estimate'])} in tau "
                    f"{_interval(best['lower'], best['upper'])} (held out)")
 
 
-def drafter_check(gaps: GapSummary, d: Decomposition) -> DrafterCheck:
-    """The check of one decomposed drafter: dtau_br by slot and the verdict lines."""
+def export_verdict(name: str, fidelity: Mapping[str, Any] | None) -> Verdict:
+    """Whether the folder reads as the weights it was exported from (the export_fidelity
+    record), or that no reference was given."""
+    if fidelity is None:
+        return Verdict("export", f"{name}: no reference weights were given (--reference), so "
+                       "an export or layout fault would look offline like a poorly trained "
+                       "drafter")
+    ref = fidelity["reference"]
+    if fidelity.get("error"):
+        return Verdict("export", f"export or layout fault: {name}'s folder does not read as "
+                       f"{ref}: {fidelity['error']}", flag=True)
+    slots = fidelity["slots"]
+    bad = [s["slot"] for s in slots if not s["mean_tv"] <= FIDELITY_TV]
+    worst = max(s["mean_tv"] for s in slots)
+    if not bad:
+        return Verdict("export", f"{name}'s folder reads as the weights it was exported from "
+                       f"({ref}): mean TV(q_ref, q) at most {worst:.2g} (threshold "
+                       f"{FIDELITY_TV}) on {fidelity['anchors']} anchors, largest |q_ref - q| "
+                       f"{max(s['max_abs_dq'] for s in slots):.2g}")
+    agree = min(s["argmax_agreement"] for s in slots)
+    return Verdict("export", f"export or layout fault: {name}'s folder does not read as {ref}: "
+                   f"mean TV(q_ref, q) above {FIDELITY_TV} at slots {_slots(bad)} (up to "
+                   f"{worst:.3f}); the most likely token agrees on {agree:.0%} of "
+                   f"{fidelity['anchors']} anchors at the worst slot", flag=True)
+
+
+def drafter_check(gaps: GapSummary, d: Decomposition,
+                  fidelity: Mapping[str, Any] | None = None) -> DrafterCheck:
+    """The check of one decomposed drafter: dtau_br by slot and the verdict lines (the export
+    verdict from its fidelity record, when it has a reference)."""
     gain = pd.DataFrame([{"slot": k, **{f: gaps.get("dtau_br", d.drafter, k, field=f)
                                         for f in ("estimate", "lower", "upper")}}
                          for k in range(d.gamma)])
-    verdicts = [Verdict("under-trained", v.sentence(), flag=bool(v.loses)) for v in d.verdicts]
+    verdicts = [export_verdict(d.drafter, fidelity)]
+    verdicts += [Verdict("under-trained", v.sentence(), flag=bool(v.loses)) for v in d.verdicts]
     verdicts += [floor_verdict(d), order_verdict(d), fix_first_verdict(d.drafter, gain)]
     return DrafterCheck(d, gain, verdicts)
 
@@ -206,11 +249,18 @@ def comparison(gaps: GapSummary, a: Decomposition, b: Decomposition, level: floa
                       verdict)
 
 
-def build_check(gaps_path: str | Path, floors_path: str | Path, spec: Mapping[str, Any]
-                ) -> CheckReport:
+def build_check(gaps_path: str | Path, floors_path: str | Path, spec: Mapping[str, Any],
+                fidelity: Mapping[str, Mapping[str, Any]] | None = None) -> CheckReport:
     """The check described by ``spec`` (``floorgap.config.WorkflowSpec.check_spec``): every
-    drafter's decomposition and verdicts, and every pair's comparison. Raises ValueError when
-    a drafter, table or pair is missing from the summaries or they describe different runs."""
+    drafter's decomposition and verdicts, and every pair's comparison; ``fidelity`` holds the
+    export_fidelity record of each drafter with a reference. Raises ValueError when a drafter,
+    table or pair is missing from the summaries or they describe different runs, or a drafter
+    with a reference has no fidelity record."""
+    fidelity = dict(fidelity or {})
+    missing = sorted(set(spec.get("references") or {}) - set(fidelity))
+    if missing:
+        raise ValueError(f"no export_fidelity record for {missing}, which have a reference; "
+                         "pass --fidelity results/check/<name>/fidelity/<drafter>.json")
     level = float(spec.get("level", 0.95))
     decs = {d["name"]: decompose(gaps_path, floors_path, d["name"],
                                  kind=str((d.get("entry") or {}).get("kind", "")), level=level,
@@ -224,7 +274,7 @@ def build_check(gaps_path: str | Path, floors_path: str | Path, spec: Mapping[st
         configs[str(p)] = p.read_text() if p.is_file() else f"({p} no longer exists)"
     return CheckReport(
         name=str(spec["name"]), target=first.target, gamma=first.gamma, level=level,
-        drafters=[drafter_check(gaps, d) for d in decs.values()],
+        drafters=[drafter_check(gaps, d, fidelity.get(name)) for name, d in decs.items()],
         comparisons=[comparison(gaps, decs[a], decs[b], level) for a, b in spec.get("pairs", [])],
         command=str(spec.get("command", "")), configs=configs)
 

@@ -19,6 +19,7 @@ STAGES: dict[str, str] = {
     "drafter_eval": "R, R^oracle, R^self and accept factors of drafters on the rollout paths",
     "gaps": "model gaps, exposure, serving risk, dependence and best responses",
     "decomposition": "one decompose drafter's floor and model gap by slot (csv, tex, md)",
+    "export_fidelity": "a checked folder against the weights it was exported from (q by slot)",
     "check_report": "one check's page and summary (results/check/<name>): verdicts, figures",
     "export": "one trained drafter as a checkpoint folder that serving engines load",
     "serving_rows": "the serving benchmark's rows: nine tasks, disjoint from other prompts",

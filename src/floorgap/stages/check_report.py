@@ -12,7 +12,9 @@ runs the workflow up to this stage.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+from pathlib import Path
 
 from floorgap.errors import StageError
 from floorgap.stages._cli import add_files, stage_parser
@@ -26,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "--floors": "the floors summary of the same target (floors/summary.parquet)",
                     "--out-html": "the page (results/check/<name>/index.html)",
                     "--out-md": "the markdown summary (results/check/<name>/summary.md)"})
+    parser.add_argument("--fidelity", type=Path, nargs="*", default=[],
+                        help="export_fidelity records of the drafters with a reference")
     return parser
 
 
@@ -38,8 +42,12 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     for path in (args.gaps, args.floors):
         if not path.exists():
             raise StageError(f"{path} does not exist; run the gaps and floors stages first")
+    fidelity = {}
+    for path in args.fidelity:
+        record = json.loads(path.read_text())
+        fidelity[str(record["drafter"])] = record
     try:
-        report = build_check(args.gaps, args.floors, spec)
+        report = build_check(args.gaps, args.floors, spec, fidelity=fidelity)
     except ValueError as exc:
         raise StageError(str(exc)) from exc
     write_check(report, args.out_html, args.out_md)

@@ -1,0 +1,79 @@
+"""``floorgap export_fidelity --spec JSON --model-dir DIR --corpus C.parquet ... --anchors
+A.parquet ... --out FIDELITY.json [--log LOG]``
+
+One drafter of a check against the weights it was exported from (see
+:mod:`floorgap.probes.export_fidelity`): the folder is imported as the engines read it, the
+reference (a ``final.pt`` of the drafters stage) loaded, and both run on the first
+``anchors_per_domain`` anchors of every domain (the context, the target's block as the
+predecessors). Writes, as JSON, per slot the largest |q_ref - q|, the mean TV and the argmax
+agreement; or, when the folder cannot be read with the reference's slots or order, the error
+(itself a layout fault). The spec is ``WorkflowSpec.fidelity_spec``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+from floorgap.errors import StageError
+from floorgap.stages._cli import add_files, stage_parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = stage_parser("floorgap export_fidelity",
+                          "A checked folder against the weights it was exported from.")
+    add_files(parser, "--model-dir", "--corpus+", "--anchors+", "--out",
+              help={"--model-dir": "the materialised target",
+                    "--corpus": "the corpus of each domain, in the anchors' order",
+                    "--anchors": "the anchors of each domain",
+                    "--out": "results/check/<name>/fidelity/<drafter>.json"})
+    return parser
+
+
+def main(args: argparse.Namespace, logger: logging.Logger) -> None:
+    import pandas as pd
+    import torch
+
+    from floorgap.data.anchors import anchor_contexts
+    from floorgap.models.targets import load_target
+    from floorgap.probes.drafter_eval import load_trained_drafter
+    from floorgap.probes.export_fidelity import compare_drafters
+    from floorgap.records import atomic_path, read_table
+    from floorgap.sampling import SamplingLaw
+
+    spec = args.spec
+    target, n = spec["target"], int(spec["anchors_per_domain"])
+    if len(args.corpus) != len(args.anchors):
+        raise StageError(f"{len(args.corpus)} --corpus for {len(args.anchors)} --anchors; give "
+                         "one corpus per anchors file, in the same order")
+    contexts, blocks = [], []
+    for corpus_path, anchors_path in zip(args.corpus, args.anchors):
+        anchors = read_table(anchors_path).sort_values("anchor_id").head(n)
+        contexts += anchor_contexts(read_table(corpus_path), anchors)
+        blocks += [torch.tensor(list(b), dtype=torch.long) for b in anchors["block_tokens"]]
+    model, _ = load_target(args.model_dir, target["dtype"], target["device"])
+    logger.info("comparing %s with %s on %d anchors (%s, %s)", spec["folder"], spec["reference"],
+                len(contexts), target["device"], target["dtype"])
+    record = {"drafter": spec["drafter"], "folder": spec["folder"],
+              "reference": spec["reference"], "anchors": len(contexts),
+              "device": target["device"], "dtype": target["dtype"], "error": None, "slots": []}
+    reference = load_trained_drafter(spec["reference"], model)
+    gamma = int(spec["gamma"])
+    if int(reference.gamma) != gamma:
+        raise StageError(f"{spec['reference']} drafts {reference.gamma} slots, the workflow "
+                         f"{gamma}; name the weights this folder was exported from")
+    try:
+        candidate = load_trained_drafter(spec["folder"], model, gamma=gamma)
+        slots = compare_drafters(model, reference, candidate, contexts, blocks,
+                                 law=SamplingLaw.from_spec(spec["law"]))
+        record["slots"] = [dataclasses.asdict(s) for s in slots]
+    except ValueError as exc:
+        # the folder does not even read with the reference's structure: a layout fault
+        record["error"] = str(exc)
+        logger.warning("%s does not read as %s: %s", spec["folder"], spec["reference"], exc)
+    with atomic_path(Path(args.out)) as tmp:
+        tmp.write_text(json.dumps(record, indent=1))
+    logger.info("wrote %s", args.out)
