@@ -189,6 +189,19 @@ def smoke_run(tmp_path_factory):
     return work
 
 
+@pytest.fixture
+def checkout(tmp_path, monkeypatch) -> Path:
+    """A folder that looks like the repository root (Snakefile, workflow/rules, the smoke
+    config as config.yaml), made the working directory: the launchers (`floorgap decompose`,
+    `floorgap check`) run from it with their Snakemake run replaced."""
+    root = tmp_path / "checkout"
+    (root / "workflow" / "rules").mkdir(parents=True)
+    (root / "Snakefile").write_text("# stub\n")
+    (root / "config.yaml").write_text(SMOKE_CONFIG.read_text())
+    monkeypatch.chdir(root)
+    return root
+
+
 def copy_results(run: Path, dest: Path, leave_out: set[str] = frozenset()) -> Path:
     """``run``'s results/ copied into ``dest`` (times kept, so Snakemake sees them up to date)
     without the folders named in ``leave_out`` nor the logs."""

@@ -81,29 +81,10 @@ def summaries(tmp_path_factory) -> tuple[Path, Path]:
     """A real gaps summary of synthetic records (two order-0 drafters, one order-1, a table
     of each order) with the lookup and pairwise contrasts, and a floors summary of the same
     target and gamma with the other-order floors."""
-    from floorgap.records import read_metadata, write_table
-    from floorgap.stages._cli import run_stage
-    from floorgap.stages.gaps import build_parser, main
-
-    root = tmp_path_factory.mktemp("check")
-    files = load_builders("gap_builders").build(root, gamma=3, M=6, anchors_per_domain=3,
-                                                variants=DRAFTERS)
-    gaps = root / "gaps" / "decompose.parquet"
-    contrasts = [["mine", "table0"], ["other", "table0"], ["theirs", "table1"],
-                 ["mine", "other"], ["mine", "theirs"]]
-    assert run_stage(main, build_parser(), [
-        "--spec", json.dumps({"bootstrap": 50, "level": 0.9, "contrasts": contrasts,
-                              "sweeps": False}),
-        "--anchor-slot", str(files["anchor_slot"][0]), "--paths", *map(str, files["paths"]),
-        "--slots", *map(str, files["slots"]), "--out-summary", str(gaps), "--threads", "1"]) == 0
-    target = read_metadata(gaps)["target"]
-    rows = [{"statistic": s, "domain": d, "slot": k, "estimate": v + 0.01 * k,
-             "lower": v, "upper": v + 0.1, "n_anchors": 6, "note": ""}
-            for s, v in (("T0", 0.3), ("T1_split_covered", 0.1)) for d in ("all", "gsm8k")
-            for k in range(3)]
-    floors = root / "floors" / "summary.parquet"
-    write_table(floors, pd.DataFrame(rows), {"stage": "floors", "target": target, "gamma": 3})
-    return gaps, floors
+    return load_builders("gap_builders").decompose_summaries(
+        tmp_path_factory.mktemp("check"), DRAFTERS,
+        [["mine", "table0"], ["other", "table0"], ["theirs", "table1"], ["mine", "other"],
+         ["mine", "theirs"]])
 
 
 def check_spec(drafters=("mine", "other", "theirs"), pairs=(("mine", "other"),
@@ -281,16 +262,6 @@ def folders(tmp_path_factory) -> dict[str, Path]:
                             intermediate_size=64, taps=[0, 1], markov_rank=4)
         out[name] = export_drafter(build_drafter(cfg, target), root / name, fmt)
     return out
-
-
-@pytest.fixture
-def checkout(tmp_path, monkeypatch) -> Path:
-    root = tmp_path / "checkout"
-    (root / "workflow" / "rules").mkdir(parents=True)
-    (root / "Snakefile").write_text("# stub\n")
-    (root / "config.yaml").write_text(SMOKE_CONFIG.read_text())
-    monkeypatch.chdir(root)
-    return root
 
 
 def test_the_command_writes_one_overlay_for_all_folders_and_runs_snakemake(

@@ -224,30 +224,10 @@ def test_overlay_writer(tmp_path: Path) -> None:
 def summaries(tmp_path_factory) -> tuple[Path, Path]:
     """A real gaps summary of synthetic records (one order-0, one order-1 drafter) and a
     floors summary with the other-order floors, of the same target and gamma."""
-    from floorgap.records import read_metadata, write_table
-    from floorgap.stages._cli import run_stage
-    from floorgap.stages.gaps import build_parser, main
-
-    root = tmp_path_factory.mktemp("decomposition")
-    files = load_builders("gap_builders").build(
-        root, gamma=3, M=6, anchors_per_domain=3,
-        variants={"mine": {"order": 0}, "theirs": {"order": 1}, "table0": {"order": 0},
-                  "table1": {"order": 1}})
-    gaps = root / "gaps" / "decompose.parquet"
-    contrasts = [["mine", "table0"], ["theirs", "table1"]]
-    assert run_stage(main, build_parser(), [
-        "--spec", json.dumps({"bootstrap": 50, "level": 0.9, "contrasts": contrasts,
-                              "sweeps": False}),
-        "--anchor-slot", str(files["anchor_slot"][0]), "--paths", *map(str, files["paths"]),
-        "--slots", *map(str, files["slots"]), "--out-summary", str(gaps), "--threads", "1"]) == 0
-    target = read_metadata(gaps)["target"]
-    rows = [{"statistic": s, "domain": d, "slot": k, "estimate": v + 0.01 * k,
-             "lower": v, "upper": v + 0.1, "n_anchors": 6, "note": ""}
-            for s, v in (("T0", 0.3), ("T1_split_covered", 0.1)) for d in ("all", "gsm8k")
-            for k in range(3)]
-    floors = root / "floors" / "summary.parquet"
-    write_table(floors, pd.DataFrame(rows), {"stage": "floors", "target": target, "gamma": 3})
-    return gaps, floors
+    return load_builders("gap_builders").decompose_summaries(
+        tmp_path_factory.mktemp("decomposition"),
+        {"mine": {"order": 0}, "theirs": {"order": 1}, "table0": {"order": 0},
+         "table1": {"order": 1}}, [["mine", "table0"], ["theirs", "table1"]])
 
 
 def test_order0_decomposition_adds_up(summaries) -> None:
@@ -391,17 +371,6 @@ def test_checkpoint_detection(folders, tmp_path) -> None:
         detect_checkpoint(folders["floorgap"], "auto", None)
     with pytest.raises(DecomposeError, match="has no config.json"):
         detect_checkpoint(tmp_path, "auto", None)
-
-
-@pytest.fixture
-def checkout(tmp_path, monkeypatch) -> Path:
-    """A folder that looks like the repository root (Snakefile, workflow/rules, configs)."""
-    root = tmp_path / "checkout"
-    (root / "workflow" / "rules").mkdir(parents=True)
-    (root / "Snakefile").write_text("# stub\n")
-    (root / "config.yaml").write_text(SMOKE_CONFIG.read_text())
-    monkeypatch.chdir(root)
-    return root
 
 
 def test_decompose_command_writes_the_overlay_and_runs_snakemake(folders, checkout, monkeypatch,

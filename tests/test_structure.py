@@ -226,10 +226,23 @@ def test_console_help_lists_every_stage(capsys) -> None:
     assert main(["no-such-stage"]) == 2
 
 
+def test_python_dash_m_is_the_console_command() -> None:
+    import subprocess
+    import sys
+
+    import floorgap.__main__ as entry  # importing it runs nothing
+    from floorgap.cli import main
+
+    assert entry.main is main
+    res = subprocess.run([sys.executable, "-m", "floorgap", "--version"], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.startswith("floorgap ")
+
+
 #: Report modules whose items read summaries only: they load without torch, so each of their
 #: report jobs (one process per item) skips the tensor stack's import.
 TORCH_FREE_REPORTS = ("registry", "common", "floor_items", "gap_items", "serving_items",
-                      "budget_items", "decomposition")
+                      "budget_items", "decomposition", "check")
 
 
 def test_summary_only_report_modules_load_without_torch() -> None:

@@ -301,6 +301,12 @@ def decompose_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kind", choices=["dflash", "dspark"], default=None,
                         help="drafter kind; needed only for a speculators folder whose config "
                              "does not say it")
+    _workflow_options(parser)
+    return parser
+
+
+def _workflow_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a command that runs the workflow: base config, target, cores, dry run."""
     parser.add_argument("--configfile", type=Path, default=None,
                         help="base workflow config (default: config.yaml of the repository)")
     parser.add_argument("--target", default=None,
@@ -308,7 +314,6 @@ def decompose_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cores", default="all", help="Snakemake --cores (default: all)")
     parser.add_argument("--dry-run", action="store_true",
                         help="show the jobs Snakemake would run, run none")
-    return parser
 
 
 def repository_root(start: Path | None = None) -> Path:
@@ -403,17 +408,21 @@ def decompose(argv: Sequence[str]) -> int:
     except DecomposeError as exc:
         print(f"floorgap decompose: {exc}", file=sys.stderr)
         return EXIT_STAGE_ERROR
-    print(f"floorgap decompose: running {' '.join(cmd[1:])} in {root}", file=sys.stderr)
+    code = _run_workflow("decompose", root, cmd)
+    if code == 0 and not args.dry_run:
+        print((root / files[-1]).read_text())
+        print(f"tables: {', '.join(str(root / f) for f in files)}")
+    return code
+
+
+def _run_workflow(command: str, root: Path, cmd: list[str]) -> int:
+    """Run a launcher's Snakemake command in ``root``; its exit status, said when not 0."""
+    print(f"floorgap {command}: running {' '.join(cmd[1:])} in {root}", file=sys.stderr)
     code = subprocess.run(cmd, cwd=root, check=False).returncode
     if code != 0:
-        print(f"floorgap decompose: Snakemake exited with status {code}; see its messages "
+        print(f"floorgap {command}: Snakemake exited with status {code}; see its messages "
               "above and the logs under results/logs/", file=sys.stderr)
-        return code
-    if not args.dry_run:
-        md = root / files[-1]
-        print(md.read_text())
-        print(f"tables: {', '.join(str(root / f) for f in files)}")
-    return 0
+    return code
 
 
 # ------------------------------------------------------------------------ floorgap check
@@ -443,13 +452,7 @@ def check_parser() -> argparse.ArgumentParser:
     parser.add_argument("--format", default="auto",
                         choices=["auto", "dflash", "dspark", "speculators"],
                         help="checkpoint layout of every folder (default: detected per folder)")
-    parser.add_argument("--configfile", type=Path, default=None,
-                        help="base workflow config (default: config.yaml of the repository)")
-    parser.add_argument("--target", default=None,
-                        help="target model key of the config (default: its primary target)")
-    parser.add_argument("--cores", default="all", help="Snakemake --cores (default: all)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="show the jobs Snakemake would run, run none")
+    _workflow_options(parser)
     return parser
 
 
@@ -517,16 +520,11 @@ def check(argv: Sequence[str]) -> int:
     except DecomposeError as exc:
         print(f"floorgap check: {exc}", file=sys.stderr)
         return EXIT_STAGE_ERROR
-    print(f"floorgap check: running {' '.join(cmd[1:])} in {root}", file=sys.stderr)
-    code = subprocess.run(cmd, cwd=root, check=False).returncode
-    if code != 0:
-        print(f"floorgap check: Snakemake exited with status {code}; see its messages above "
-              "and the logs under results/logs/", file=sys.stderr)
-        return code
-    if not args.dry_run:
+    code = _run_workflow("check", root, cmd)
+    if code == 0 and not args.dry_run:
         print((root / files[1]).read_text())
         print(f"report: {root / files[0]}")
-    return 0
+    return code
 
 
 if __name__ == "__main__":

@@ -123,3 +123,31 @@ def build(root: Path, *, domains=("gsm8k", "alpaca"), anchors_per_domain=4, gamm
             files["slots"].append(base / "slots-0.parquet")
     files["anchor_slot"] = [floors]
     return files
+
+
+def decompose_summaries(root: Path, variants: dict, contrasts: list[list[str]]
+                        ) -> tuple[Path, Path]:
+    """A real ``decompose`` gaps summary of synthetic records (gamma 3) with ``contrasts``, run
+    through the gaps stage, and a floors summary of the same target and gamma with T0 and the
+    split-half T1 (the other-order floors a decomposition reads)."""
+    import json
+
+    from floorgap.records import read_metadata
+    from floorgap.stages._cli import run_stage
+    from floorgap.stages.gaps import build_parser, main
+
+    files = build(root, gamma=3, M=6, anchors_per_domain=3, variants=variants)
+    gaps = root / "gaps" / "decompose.parquet"
+    assert run_stage(main, build_parser(), [
+        "--spec", json.dumps({"bootstrap": 50, "level": 0.9, "contrasts": contrasts,
+                              "sweeps": False}),
+        "--anchor-slot", str(files["anchor_slot"][0]), "--paths", *map(str, files["paths"]),
+        "--slots", *map(str, files["slots"]), "--out-summary", str(gaps), "--threads", "1"]) == 0
+    target = read_metadata(gaps)["target"]
+    rows = [{"statistic": s, "domain": d, "slot": k, "estimate": v + 0.01 * k,
+             "lower": v, "upper": v + 0.1, "n_anchors": 6, "note": ""}
+            for s, v in (("T0", 0.3), ("T1_split_covered", 0.1)) for d in ("all", "gsm8k")
+            for k in range(3)]
+    floors = root / "floors" / "summary.parquet"
+    write_table(floors, pd.DataFrame(rows), {"stage": "floors", "target": target, "gamma": 3})
+    return gaps, floors

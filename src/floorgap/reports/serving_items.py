@@ -18,7 +18,6 @@ from typing import Any
 import pandas as pd
 
 from floorgap.reports.common import (
-    AR,
     ROLE_STEMS,
     ServedSummary,
     fmt,

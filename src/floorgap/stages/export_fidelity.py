@@ -34,7 +34,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    import pandas as pd
     import torch
 
     from floorgap.data.anchors import anchor_contexts
