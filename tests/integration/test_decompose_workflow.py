@@ -100,54 +100,54 @@ def test_decompose_command_runs_the_workflow(smoke_target, smoke_run, tmp_path: 
 
 def test_check_command_writes_the_page_and_reuses_the_floors(smoke_target, smoke_run,
                                                              tmp_path: Path) -> None:
-    """`floorgap check A B` on the smoke config: two drafters of one's own imported,
-    evaluated and compared on the smoke run's paths, one page and summary; then a check of a
-    third folder plans no job of the floor half (the floors are reused)."""
+    """`floorgap check A B E` on the smoke config, in one workflow run: two drafters of one's
+    own and the smoke run's own DFlash as exported for vLLM (trimmed vocabulary, mask
+    embedding) with the weights it was exported from as its reference, imported, evaluated and
+    compared on the smoke run's paths; one page and summary. Then a check of a further folder
+    plans no job of the floor half (the floors are reused)."""
     work = copy_results(smoke_run, _copy_repository(tmp_path / "repo"))
     folders = [_export(smoke_target, tmp_path / name, seed=seed)
                for name, seed in (("Draft-A", 3), ("draft-b", 4), ("draft-c", 5))]
     smoke = work / "workflow" / "configs" / "smoke.yaml"
+    target = next(iter(yaml.safe_load(smoke.read_text())["targets"]))
+    export = work / "results" / target / "export" / "dflash" / "dflash"
+    weights = f"results/{target}/drafters/dflash/final.pt"
     res = subprocess.run([sys.executable, "-m", "floorgap", "check", *map(str, folders[:2]),
-                          "--configfile", str(smoke), "--cores", "2"],
+                          str(export), "--name", "draft-a", "--name", "draft-b", "--name",
+                          "exported", "--reference", "-", "--reference", "-", "--reference",
+                          weights, "--report", "three", "--configfile", str(smoke),
+                          "--cores", "2"],
                          cwd=work, env=snakemake_env(), capture_output=True, text=True,
                          timeout=1800)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    out = work / "results" / "check" / "draft-a+draft-b"
+    out = work / "results" / "check" / "three"
     page, md = (out / "index.html").read_text(), (out / "summary.md").read_text()
     assert md.strip() in res.stdout and str(out / "index.html") in res.stdout
-    for name in ("draft-a", "draft-b"):
-        assert f"## {name} (dflash, order 0)" in md and f"of {name} first" in md
+    for name in ("draft-a", "draft-b", "exported"):
+        assert f"## {name} (dflash, order 0)" in md
         assert f"{name} loses to a lookup table" in md or f"{name} beats the" in md
-    assert ("draft-a accepts longer than draft-b" in md or "draft-b accepts longer than "
-            "draft-a" in md or "draft-a and draft-b: no difference in tau resolved" in md)
-    assert page.count('<img src="data:image/png;base64,') == 3
-    assert "floorgap check " in page and "tiny-random" in page
-    target = next(iter(yaml.safe_load(smoke.read_text())["targets"]))
+    for a, b in (("draft-a", "draft-b"), ("draft-a", "exported"), ("draft-b", "exported")):
+        assert (f"{a} accepts longer than {b}" in md or f"{b} accepts longer than {a}" in md
+                or f"{a} and {b}: no difference in tau resolved" in md)
+    assert page.count('<img src="data:image/png;base64,') == 4  # three drafters, one side by side
+    assert "floorgap check " in page and target in page
     gaps = pd.read_parquet(work / "results" / target / "gaps" / "decompose.parquet")
-    assert "draft-a-draft-b" in set(gaps.variant)  # the pair's paired differences
+    assert {"draft-a-draft-b", "draft-a-exported"} <= set(gaps.variant)  # paired differences
+    # the exported folder reads as its trained weights; the others have no reference
+    fidelity = json.loads((out / "fidelity" / "exported.json").read_text())
+    assert fidelity["error"] is None and fidelity["anchors"] == 4 * 4
+    assert max(s["max_abs_dq"] for s in fidelity["slots"]) < 1e-5
+    assert "exported's folder reads as the weights it was exported from" in md
+    assert "draft-a: no reference weights were given" in md
     # another drafter on the same target: only what depends on the drafter would run
     again = subprocess.run([sys.executable, "-m", "floorgap", "check", str(folders[2]),
                             "--configfile", str(smoke), "--cores", "1", "--dry-run"],
                            cwd=work, env=snakemake_env(), capture_output=True, text=True,
                            timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
+    stages = {"corpus", "anchors", "rollouts", "floors", "drafter_data", "drafters",
+              "drafter_eval_decompose", "gaps", "check_report"}
     planned = {line.split()[0] for line in again.stdout.splitlines()
-               if line and line.split()[0] in {"corpus", "anchors", "rollouts", "floors",
-                                               "drafter_data", "drafters", "drafter_eval_decompose",
-                                               "gaps", "check_report"}}
+               if line and line.split()[0] in stages}
     assert {"drafters", "check_report"} <= planned
     assert not planned & {"corpus", "anchors", "rollouts", "floors", "drafter_data"}
-    # the smoke run's own DFlash (trimmed vocabulary, mask embedding), as exported for vLLM,
-    # against the weights it was exported from
-    export = work / "results" / target / "export" / "dflash" / "dflash"
-    weights = f"results/{target}/drafters/dflash/final.pt"
-    res = subprocess.run([sys.executable, "-m", "floorgap", "check", str(export), "--name",
-                          "exported", "--reference", weights, "--configfile", str(smoke),
-                          "--cores", "2"], cwd=work, env=snakemake_env(), capture_output=True,
-                         text=True, timeout=1800)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    fidelity = json.loads((work / "results" / "check" / "exported" / "fidelity" /
-                           "exported.json").read_text())
-    assert fidelity["error"] is None and fidelity["anchors"] == 4 * 4
-    assert max(s["max_abs_dq"] for s in fidelity["slots"]) < 1e-5
-    assert "exported's folder reads as the weights it was exported from" in res.stdout
