@@ -125,7 +125,10 @@ def _slots(values: Sequence[int]) -> str:
 
 
 def _num(value: float, digits: int = 3) -> str:
-    return "--" if not math.isfinite(value) else f"{value + 0.0:.{digits}f}"
+    if not math.isfinite(value):
+        return "--"
+    # no "-0.000" for a tiny negative value
+    return f"{value:.{digits}f}" if abs(value) >= 0.5 * 10 ** -digits else f"{0:.{digits}f}"
 
 
 def _interval(lower: float, upper: float, digits: int = 3) -> str:
