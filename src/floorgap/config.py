@@ -460,7 +460,7 @@ class WorkflowSpec:
         files that asked for it."""
         entry = self.checks[name]
         drafters = list(entry["drafters"])
-        pairs = [p for p in self.check_contrasts() if p[0] in drafters and p[1] in drafters]
+        pairs = [[a, b] for i, a in enumerate(drafters) for b in drafters[i + 1:]]
         return {"name": name, "target": self.check_target(name),
                 "drafters": [{"name": d, "entry": self.variant_entry(d),
                               "lookups": [t for [_, t] in self.lookup_contrasts([d])]}
