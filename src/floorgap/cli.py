@@ -380,7 +380,7 @@ def _snakemake_command(root: Path, base: Path, overlay: Path, files: list[str],
 def _plan(args: argparse.Namespace) -> tuple[Path, list[str], list[str]]:
     """(repository root, Snakemake command, decomposition files) of a decompose invocation;
     writes the overlay config."""
-    from floorgap.config import DECOMPOSITION_EXTS, ConfigError, decompose_overlay, write_overlay
+    from floorgap.config import ConfigError, decompose_overlay, decomposition_paths, write_overlay
 
     root = repository_root()
     folder = args.folder.expanduser().resolve()
@@ -394,7 +394,7 @@ def _plan(args: argparse.Namespace) -> tuple[Path, list[str], list[str]]:
     except ConfigError as exc:
         raise DecomposeError(str(exc)) from exc
     overlay_path = write_overlay(root / "results" / "decompose" / f"{args.name}.yaml", overlay)
-    files = [f"results/{target}/decomposition/{args.name}.{ext}" for ext in DECOMPOSITION_EXTS]
+    files = decomposition_paths(target, args.name)
     return root, _snakemake_command(root, base, overlay_path, files, args), files
 
 
@@ -471,7 +471,7 @@ def _check_plan(args: argparse.Namespace, argv: Sequence[str]
     overlay config (decompose entries for the folders and the check entry)."""
     import shlex
 
-    from floorgap.config import CHECK_FILES, ConfigError, decompose_overlay, write_overlay
+    from floorgap.config import ConfigError, check_paths, decompose_overlay, write_overlay
 
     root = repository_root()
     folders = [f.expanduser().resolve() for f in args.folders]
@@ -506,7 +506,7 @@ def _check_plan(args: argparse.Namespace, argv: Sequence[str]
     if references:
         overlay["check"][report]["references"] = references
     overlay_path = write_overlay(path, overlay)
-    files = [f"results/check/{report}/{f}" for f in CHECK_FILES]
+    files = check_paths(report)
     return root, _snakemake_command(root, base, overlay_path, files, args), files
 
 

@@ -50,6 +50,16 @@ NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 DECOMPOSITION_EXTS = ("csv", "tex", "md")
 #: The files of one check (``floorgap check``): the page a person reads and its summary.
 CHECK_FILES = ("index.html", "summary.md")
+
+
+def decomposition_paths(target: str, name: str) -> list[str]:
+    """The decomposition stage's files of drafter ``name`` on ``target`` (csv, tex, md)."""
+    return [f"results/{target}/decomposition/{name}.{ext}" for ext in DECOMPOSITION_EXTS]
+
+
+def check_paths(name: str) -> list[str]:
+    """The check_report stage's files of check ``name`` (the page, then its summary)."""
+    return [f"results/check/{name}/{f}" for f in CHECK_FILES]
 #: What a target runs: ``full``, every per-target stage; ``cross_target``, only what the
 #: comparison across targets reads (Fig. 5: corpus, anchors, rollouts, floors, the order-0 and
 #: order-1 baselines, their evaluation and the gaps summary).
@@ -489,7 +499,7 @@ class WorkflowSpec:
 
     def check_files(self) -> list[str]:
         """The check_report stage's outputs of every check of the config."""
-        return [f"results/check/{name}/{f}" for name in self.checks for f in CHECK_FILES]
+        return [path for name in self.checks for path in check_paths(name)]
 
     def decomposition_spec(self, target: str, name: str) -> dict[str, Any]:
         """What the decomposition stage reads: the drafter, its entry and the interval level."""
@@ -598,8 +608,7 @@ class WorkflowSpec:
         """The decomposition stage's outputs of every drafter of the decompose section."""
         if self.scope(target) == "cross_target":
             return []
-        return [f"results/{target}/decomposition/{name}.{ext}" for name in self.decompose
-                for ext in DECOMPOSITION_EXTS]
+        return [path for name in self.decompose for path in decomposition_paths(target, name)]
 
     def export_formats(self, variant: str | Mapping[str, Any]) -> list[str]:
         """The checkpoint formats drafter ``variant`` (a name or an entry) is exported in: its
