@@ -160,17 +160,17 @@ def order_verdict(d: Decomposition) -> Verdict:
     if d.order == 0:
         t0, t1 = d.value("T0", last), d.value("floors_T1", last)
         if not math.isfinite(t1):
-            return Verdict("order", f"the order-1 floor T^(1) at slot {last} was not estimated "
-                           "(no covered paths there), so what a drafter that sees its "
-                           f"predecessor could reach is unknown; T^(0) is {_num(t0)}")
-        return Verdict("order", f"a higher conditioning order can go lower: at slot {last} the "
-                       f"order-0 floor T^(0) is {_num(t0)}, the order-1 floor T^(1) "
+            return Verdict("order", f"{d.drafter}: the order-1 floor T^(1) at slot {last} was "
+                           "not estimated (no covered paths there), so what a drafter that sees "
+                           f"its predecessor could reach is unknown; T^(0) is {_num(t0)}")
+        return Verdict("order", f"{d.drafter}: a higher conditioning order can go lower: at slot "
+                       f"{last} the order-0 floor T^(0) is {_num(t0)}, the order-1 floor T^(1) "
                        f"{_num(t1)} (a drafter that sees its predecessor)")
     t1, t0 = d.value("T1", last), d.value("floors_T0", last)
     removed = 1 - t1 / t0 if math.isfinite(t0) and t0 > 0 and math.isfinite(t1) else math.nan
     pct = f"{removed:.0%}" if math.isfinite(removed) else "--"
-    return Verdict("order", f"seeing its predecessor removes {pct} of the floor at slot {last}: "
-                   f"T^(1) {_num(t1)} against T^(0) {_num(t0)}")
+    return Verdict("order", f"{d.drafter}: seeing its predecessor removes {pct} of the floor at "
+                   f"slot {last}: T^(1) {_num(t1)} against T^(0) {_num(t0)}")
 
 
 def fix_first_verdict(name: str, gain: pd.DataFrame) -> Verdict:
