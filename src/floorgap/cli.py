@@ -352,6 +352,14 @@ def detect_checkpoint(folder: Path, fmt: str, kind: str | None) -> tuple[str, st
     return found, kind
 
 
+def _base_config(root: Path, configfile: Path | None) -> Path:
+    """The base workflow config: ``configfile`` (checked), else the repository's config.yaml."""
+    base = (configfile or root / "config.yaml").expanduser().resolve()
+    if not base.is_file():
+        raise DecomposeError(f"config file {base} does not exist; pass --configfile")
+    return base
+
+
 def _config_target(base: Path, target: str | None) -> str:
     """The target to decompose on: ``target`` (checked) or the base config's primary one."""
     import yaml
@@ -384,9 +392,7 @@ def _plan(args: argparse.Namespace) -> tuple[Path, list[str], list[str]]:
 
     root = repository_root()
     folder = args.folder.expanduser().resolve()
-    base = (args.configfile or root / "config.yaml").expanduser().resolve()
-    if not base.is_file():
-        raise DecomposeError(f"config file {base} does not exist; pass --configfile")
+    base = _base_config(root, args.configfile)
     fmt, kind = detect_checkpoint(folder, args.format, args.kind)
     target = _config_target(base, args.target)
     try:
@@ -485,9 +491,7 @@ def _check_plan(args: argparse.Namespace, argv: Sequence[str]
     if len(refs) != len(folders):
         raise DecomposeError(f"{len(refs)} --reference for {len(folders)} folders; give one per "
                              "folder, in order (- for a folder without one), or none")
-    base = (args.configfile or root / "config.yaml").expanduser().resolve()
-    if not base.is_file():
-        raise DecomposeError(f"config file {base} does not exist; pass --configfile")
+    base = _base_config(root, args.configfile)
     target = _config_target(base, args.target)
     report = args.report or "+".join(names)
     overlay: dict = {"decompose": {}}

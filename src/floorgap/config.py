@@ -447,6 +447,11 @@ class WorkflowSpec:
         return [[d, t] for d in drafters for t in self.lookups
                 if self.drafter_order(d) == self.drafter_order(t)]
 
+    def lookup_tables(self, drafter: str) -> list[str]:
+        """The lookup tables of ``drafter``'s order, which its decomposition and check set
+        beside it."""
+        return [t for [_, t] in self.lookup_contrasts([drafter])]
+
     def drafter_order(self, name: str) -> int:
         """The information order of a drafter or lookup table (0 reads X only, 1 also its
         predecessor)."""
@@ -473,7 +478,7 @@ class WorkflowSpec:
         pairs = [[a, b] for i, a in enumerate(drafters) for b in drafters[i + 1:]]
         return {"name": name, "target": self.check_target(name),
                 "drafters": [{"name": d, "entry": self.variant_entry(d),
-                              "lookups": [t for [_, t] in self.lookup_contrasts([d])]}
+                              "lookups": self.lookup_tables(d)}
                              for d in drafters],
                 "pairs": pairs, "level": self.config["analysis"]["level"],
                 "references": dict(entry.get("references") or {}),
@@ -505,7 +510,7 @@ class WorkflowSpec:
         """What the decomposition stage reads: the drafter, its entry and the interval level."""
         return {"target": target, "drafter": name, "entry": self.variant_entry(name),
                 "level": self.config["analysis"]["level"],
-                "lookups": [t for [_, t] in self.lookup_contrasts([name])]}
+                "lookups": self.lookup_tables(name)}
 
     # ---------------------------------------------------------------- serving (Sec. 4, H.3)
 

@@ -12,7 +12,8 @@ slot to fix first). Its verdicts, each one line computed from those numbers with
 it states:
 
 * **under-trained**: "loses to a lookup table (<table>) at slots ..." where its paired risk
-  difference from a table of its order is not below zero (:mod:`floorgap.analysis.lookup_verdicts`);
+  difference from a table of its order is not below zero
+  (:mod:`floorgap.analysis.lookup_verdicts`);
 * **floor**: "within 10% of its floor at slots ..." where the model gap G is at most
   :data:`FLOOR_SHARE` of its risk (a better drafter of this order cannot win much back there),
   else how large the gap's share is;
@@ -44,7 +45,12 @@ import pandas as pd
 
 from floorgap.analysis.lookup_verdicts import LOOKUP_DIFF
 from floorgap.records import atomic_path
-from floorgap.reports.decomposition import Decomposition, by_slot_cells, decompose
+from floorgap.reports.decomposition import (
+    Decomposition,
+    by_slot_cells,
+    decompose,
+    plain_number,
+)
 from floorgap.reports.gap_items import GapSummary
 
 __all__ = ["FIDELITY_TV", "FLOOR_SHARE", "CheckReport", "Comparison", "DrafterCheck", "Verdict",
@@ -124,15 +130,8 @@ def _slots(values: Sequence[int]) -> str:
     return ", ".join(map(str, values))
 
 
-def _num(value: float, digits: int = 3) -> str:
-    if not math.isfinite(value):
-        return "--"
-    # no "-0.000" for a tiny negative value
-    return f"{value:.{digits}f}" if abs(value) >= 0.5 * 10 ** -digits else f"{0:.{digits}f}"
-
-
 def _interval(lower: float, upper: float, digits: int = 3) -> str:
-    return f"[{_num(lower, digits)}, {_num(upper, digits)}]"
+    return f"[{plain_number(lower, digits)}, {plain_number(upper, digits)}]"
 
 
 def floor_verdict(d: Decomposition) -> Verdict:
@@ -158,19 +157,19 @@ def order_verdict(d: Decomposition) -> Verdict:
     """The other conditioning order's floor at the last slot beside this order's."""
     last = d.gamma - 1
     if d.order == 0:
-        t0, t1 = d.value("T0", last), d.value("floors_T1", last)
-        if not math.isfinite(t1):
+        t0, t1 = (plain_number(d.value(s, last)) for s in ("T0", "floors_T1"))
+        if t1 == "--":
             return Verdict("order", f"{d.drafter}: the order-1 floor T^(1) at slot {last} was "
                            "not estimated (no covered paths there), so what a drafter that sees "
-                           f"its predecessor could reach is unknown; T^(0) is {_num(t0)}")
+                           f"its predecessor could reach is unknown; T^(0) is {t0}")
         return Verdict("order", f"{d.drafter}: a higher conditioning order can go lower: at slot "
-                       f"{last} the order-0 floor T^(0) is {_num(t0)}, the order-1 floor T^(1) "
-                       f"{_num(t1)} (a drafter that sees its predecessor)")
+                       f"{last} the order-0 floor T^(0) is {t0}, the order-1 floor T^(1) {t1} "
+                       "(a drafter that sees its predecessor)")
     t1, t0 = d.value("T1", last), d.value("floors_T0", last)
     removed = 1 - t1 / t0 if math.isfinite(t0) and t0 > 0 and math.isfinite(t1) else math.nan
     pct = f"{removed:.0%}" if math.isfinite(removed) else "--"
     return Verdict("order", f"{d.drafter}: seeing its predecessor removes {pct} of the floor at "
-                   f"slot {last}: T^(1) {_num(t1)} against T^(0) {_num(t0)}")
+                   f"slot {last}: T^(1) {plain_number(t1)} against T^(0) {plain_number(t0)}")
 
 
 def fix_first_verdict(name: str, gain: pd.DataFrame) -> Verdict:
@@ -181,9 +180,9 @@ def fix_first_verdict(name: str, gain: pd.DataFrame) -> Verdict:
     best = ok.loc[ok["estimate"].idxmax()]
     if not best["estimate"] > 0:
         return Verdict("fix first", f"{name}: no single slot's best response gains tau (the "
-                       f"largest held-out gain is {_num(best['estimate'])})")
+                       f"largest held-out gain is {plain_number(best['estimate'])})")
     return Verdict("fix first", f"fix slot {int(best['slot'])} of {name} first: the single-slot "
-                   f"best response there gains {_num(best['estimate'])} in tau "
+                   f"best response there gains {plain_number(best['estimate'])} in tau "
                    f"{_interval(best['lower'], best['upper'])} (held out)")
 
 
@@ -242,12 +241,12 @@ def comparison(gaps: GapSummary, a: Decomposition, b: Decomposition, level: floa
     ci = f"{level:.0%} CI {_interval(lo, hi)}"
     if lo > 0 or hi < 0:
         longer, shorter = (a.drafter, b.drafter) if est > 0 else (b.drafter, a.drafter)
-        text = (f"{longer} accepts longer than {shorter}: tau difference "
-                f"{a.drafter} - {b.drafter} = {_num(est)} ({ci}), paired on the same anchors")
+        text = (f"{longer} accepts longer than {shorter}: tau difference {a.drafter} - "
+                f"{b.drafter} = {plain_number(est)} ({ci}), paired on the same anchors")
         verdict = Verdict("compare", text, flag=True)
     else:
         verdict = Verdict("compare", f"{a.drafter} and {b.drafter}: no difference in tau "
-                          f"resolved ({a.drafter} - {b.drafter} = {_num(est)}, {ci})")
+                          f"resolved ({a.drafter} - {b.drafter} = {plain_number(est)}, {ci})")
     return Comparison(a.drafter, b.drafter, (est, lo, hi), stat.removeprefix("diff_"), diff,
                       verdict)
 
@@ -365,8 +364,21 @@ def _table_html(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def _comparison_rows(c: Comparison) -> tuple[list[str], list[list[str]]]:
     header = ["slot", f"{c.a} - {c.b}: {c.risk_statistic}", "CI"]
-    return header, [[str(int(r.slot)), _num(r.estimate), _interval(r.lower, r.upper)]
+    return header, [[str(int(r.slot)), plain_number(r.estimate), _interval(r.lower, r.upper)]
                     for r in c.diff_risk.itertuples()]
+
+
+def _drafter_table(c: DrafterCheck) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of a drafter's by-slot table: its decomposition, then dtau_br."""
+    header, rows = by_slot_cells(c.decomposition, latex=False)
+    return ([*header, "dtau_br", "dtau_br CI"],
+            [[*row, plain_number(g.estimate), _interval(g.lower, g.upper)]
+             for row, g in zip(rows, c.gain.itertuples())])
+
+
+def _tau_text(d: Decomposition, level: float) -> str:
+    return (f"{plain_number(d.value('tau'))} ({level:.0%} CI "
+            f"{_interval(d.value('tau', -1, 'lower'), d.value('tau', -1, 'upper'))})")
 
 
 def to_markdown(report: CheckReport) -> str:
@@ -377,13 +389,9 @@ def to_markdown(report: CheckReport) -> str:
               for v in report.verdicts]
     for c in report.drafters:
         d = c.decomposition
-        header, rows = by_slot_cells(d, latex=False)
-        header = [*header, "dtau_br", "dtau_br CI"]
-        rows = [[*row, _num(g.estimate), _interval(g.lower, g.upper)]
-                for row, g in zip(rows, c.gain.itertuples())]
+        header, rows = _drafter_table(c)
         lines += ["", f"## {d.drafter} ({d.kind or 'drafter'}, order {d.order})", "",
-                  f"tau (offline accepted length) = {_num(d.value('tau'))} "
-                  f"({report.level:.0%} CI {_interval(d.value('tau', -1, 'lower'), d.value('tau', -1, 'upper'))})",
+                  f"tau (offline accepted length) = {_tau_text(d, report.level)}",
                   "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
                   *["| " + " | ".join(r) + " |" for r in rows]]
     return "\n".join(lines) + "\n"
@@ -414,7 +422,7 @@ the model gap is at most {{ pct(floor_share) }} of its risk; a comparison is res
 {{ pct(r.level) }} interval excludes zero.</p>
 {% if compare_png %}<h2>Side by side</h2>
 <figure><img src="{{ compare_png }}" alt="tau of each drafter and paired differences"></figure>
-{% for c in r.comparisons %}{% if c.diff_risk|length %}{{ comparison_tables[loop.index0] | safe }}{% endif %}{% endfor %}
+{% for table in comparison_tables %}{{ table | safe }}{% endfor %}
 {% endif %}
 {% for d in drafters %}
 <h2 id="drafter-{{ d.name }}">{{ d.name }} ({{ d.kind }}, order {{ d.order }})</h2>
@@ -435,26 +443,18 @@ def to_html(report: CheckReport) -> str:
     the config files that produced it."""
     import jinja2
 
-    drafters = []
-    for c in report.drafters:
-        d = c.decomposition
-        header, rows = by_slot_cells(d, latex=False)
-        rows = [[*row, _num(g.estimate), _interval(g.lower, g.upper)]
-                for row, g in zip(rows, c.gain.itertuples())]
-        drafters.append({
-            "name": d.drafter, "kind": d.kind or "drafter", "order": d.order,
-            "tau": f"{_num(d.value('tau'))} ({report.level:.0%} CI "
-                   f"{_interval(d.value('tau', -1, 'lower'), d.value('tau', -1, 'upper'))})",
-            "png": drafter_figure(c),
-            "table": _table_html([*header, "dtau_br", "dtau_br CI"], rows)})
+    drafters = [{"name": c.name, "kind": c.decomposition.kind or "drafter",
+                 "order": c.decomposition.order, "tau": _tau_text(c.decomposition, report.level),
+                 "png": drafter_figure(c), "table": _table_html(*_drafter_table(c))}
+                for c in report.drafters]
     env = jinja2.Environment(autoescape=True)
     page = env.from_string(_PAGE)
     return page.render(
         r=report, drafters=drafters, floor_share=FLOOR_SHARE,
         pct=lambda x: f"{x:.0%}",
         compare_png=comparison_figure(report) if len(report.drafters) > 1 else "",
-        comparison_tables=[_table_html(*_comparison_rows(c)) if len(c.diff_risk) else ""
-                           for c in report.comparisons])
+        comparison_tables=[_table_html(*_comparison_rows(c)) for c in report.comparisons
+                           if len(c.diff_risk)])
 
 
 def write_check(report: CheckReport, html_path: str | Path, md_path: str | Path) -> None:

@@ -38,7 +38,7 @@ from floorgap.reports.common import LongSummary, fmt, fmt_interval, fmt_pct
 from floorgap.reports.gap_items import GapSummary
 
 __all__ = ["COLUMNS", "ORDER_STATS", "Decomposition", "by_slot_cells", "decompose",
-           "write_decomposition"]
+           "plain_number", "write_decomposition"]
 
 #: The csv's columns.
 COLUMNS = ["statistic", "slot", "estimate", "lower", "upper"]
@@ -182,11 +182,12 @@ def _cell(d: Decomposition, stat: str, slot: int, how: str, latex: bool) -> str:
     if latex:
         return {"num": lambda: fmt(est), "pct": lambda: fmt_pct(est),
                 "ci": lambda: fmt_interval(lo, hi)}[how]()
-    return {"num": lambda: _plain(est), "pct": lambda: _plain_pct(est),
-            "ci": lambda: f"[{_plain(lo)}, {_plain(hi)}]"}[how]()
+    return {"num": lambda: plain_number(est), "pct": lambda: _plain_pct(est),
+            "ci": lambda: f"[{plain_number(lo)}, {plain_number(hi)}]"}[how]()
 
 
-def _plain(value: float, digits: int = 3) -> str:
+def plain_number(value: float, digits: int = 3) -> str:
+    """A number for a terminal or a page: fixed decimals, "--" when not finite, no "-0.000"."""
     if not math.isfinite(value):
         return "--"
     return f"{value + 0.0:.{digits}f}" if abs(value) >= 0.5 * 10 ** -digits else f"{0:.{digits}f}"
@@ -239,9 +240,9 @@ def to_markdown(d: Decomposition) -> str:
     header, rows = by_slot_cells(d, latex=False)
     lines = [f"{_headline(d)}", "", _md_row(header), _md_row(["---"] * len(header)),
              *[_md_row(row) for row in rows], "",
-             f"tau (offline accepted length) = {_plain(d.value('tau'))} "
-             f"({_ci_label(d.level, False)} CI [{_plain(d.value('tau', -1, 'lower'))}, "
-             f"{_plain(d.value('tau', -1, 'upper'))}])", "",
+             f"tau (offline accepted length) = {plain_number(d.value('tau'))} "
+             f"({_ci_label(d.level, False)} CI [{plain_number(d.value('tau', -1, 'lower'))}, "
+             f"{plain_number(d.value('tau', -1, 'upper'))}])", "",
              *[f"- {v.sentence()}" for v in d.verdicts], *([""] if d.verdicts else [])]
     return "\n".join(lines)
 
