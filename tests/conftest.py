@@ -27,6 +27,11 @@ DEFAULT_CONFIG = REPO / "config.yaml"
 SERVING_PYTHON = REPO / ".venv-serving" / "bin" / "python"
 
 
+#: Free bytes in the temporary folder when the run started: a full disk makes every test that
+#: writes a checkpoint error in its fixture, so the summary says how much room there was.
+_DISK_FREE_AT_START = pytest.StashKey[int]()
+
+
 def pytest_configure(config) -> None:
     """The tests never reach a SLURM controller (the rehearsal through SLURM is CI's next
     step). Every Snakemake process imports the SLURM executor plugin, which asks `scontrol show
@@ -38,6 +43,7 @@ def pytest_configure(config) -> None:
     empty = Path(tempfile.gettempdir()) / "floorgap-tests-no-slurm.conf"
     empty.write_text("")
     os.environ["SLURM_CONF"] = str(empty)
+    config.stash[_DISK_FREE_AT_START] = shutil.disk_usage(tempfile.gettempdir()).free
 
 
 def snakemake_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -223,3 +229,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.write_line(f"floorgap modules imported by this run: {len(seen)} of "
                                 f"{len(modules)}" + (f" (not: {', '.join(missing)})"
                                                      if missing else ""))
+    import tempfile
+
+    gib = 2 ** 30
+    start = config.stash.get(_DISK_FREE_AT_START, None)
+    end = shutil.disk_usage(tempfile.gettempdir()).free
+    if start is not None:
+        terminalreporter.write_line(f"free disk in {tempfile.gettempdir()}: {start / gib:.1f} GiB "
+                                    f"at the start, {end / gib:.1f} GiB at the end")
