@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import math
 import re
 import subprocess
 from pathlib import Path
@@ -73,6 +74,42 @@ def test_the_schema_refuses_a_check_without_drafters() -> None:
         jsonschema.validate(smoke_with_checks({"c": {"target": "tiny-random"}}), schema)
 
 
+def test_a_check_serves_its_engine_folders_after_the_configured_systems() -> None:
+    cfg = smoke_with_checks({"c": {"drafters": ["mine", "theirs", "other"], "serve_rows": 2,
+                                   "references": {"mine": "/w/final.pt"}}})
+    cfg["decompose"]["other"]["checkpoint"]["format"] = "speculators"
+    cfg["decompose"]["other"]["kind"] = "dspark"
+    spec = resolve(cfg)
+    t = spec.primary
+    # the speculators layout is no engine's: not served
+    assert spec.check_served("c") == ["mine", "theirs"] == spec.check_systems
+    assert spec.check_replay_files("c") == [f"results/{t}/serving_replay/{d}/rounds.parquet"
+                                            for d in ("mine", "theirs")]
+    port = cfg["serving"]["port"]
+    assert [spec.serving_port(s) for s in ("ar", "dflash", "mine", "theirs")] == \
+        [port, port + 1, port + 2, port + 3]
+    mine = spec.serving_spec(t, "mine")
+    assert mine["serving"]["rows_per_task"] == 2 and mine["serving"]["concurrency"] == [1]
+    assert mine["system"] == {"name": "mine", "kind": "dflash", "format": "dflash"}
+    assert spec.serving_system("theirs")["format"] == "dspark"
+    # the configured systems are served as before
+    assert "rows_per_task" not in spec.serving_spec(t, "dflash")["serving"]
+    assert spec.served_folder(t, "mine") == "/models/mine"
+    assert spec.served_folder(t, "dflash") == f"results/{t}/export/dflash/dflash"
+    assert spec.served_folder(t, "ar") is None
+    assert spec.replay_reference("mine") == ["/w/final.pt"]
+    assert spec.replay_reference("theirs") == spec.replay_reference("dflash") == []
+    assert spec.check_spec("c")["served"] == ["mine", "theirs"]
+    # off by choice, or where there is no engine section
+    cfg["check"]["c"]["serve"] = False
+    assert resolve(cfg).check_served("c") == [] == resolve(cfg).check_systems
+    del cfg["serving"], cfg["check"]["c"]["serve"]
+    assert resolve(cfg).check_served("c") == []
+    cfg["check"]["c"]["serve"] = True
+    with pytest.raises(ConfigError, match="check.c.serve is on, but the config has no serving"):
+        resolve(cfg)
+
+
 # ------------------------------------------------------------------ verdicts and the page
 
 
@@ -105,11 +142,13 @@ def test_the_verdicts_follow_the_numbers_and_their_thresholds(summaries) -> None
     for c in report.drafters:
         d = c.decomposition
         kinds = [v.kind for v in c.verdicts]
-        assert kinds == ["export", "under-trained", "floor", "order", "fix first"]
+        assert kinds == ["export", "engine", "under-trained", "floor", "order", "fix first"]
         assert "no reference weights" in c.verdicts[0].text and not c.verdicts[0].flag
+        assert "was not served: the config has no serving section" in c.verdicts[1].text
+        assert not c.verdicts[1].flag
         share = "G0_share" if d.order == 0 else "G1_share"
         near = [k for k in range(3) if d.value(share, k) <= FLOOR_SHARE]
-        floor = c.verdicts[2]
+        floor = c.verdicts[3]
         if near:
             assert f"at slots {', '.join(map(str, near))}" in floor.text and not floor.flag
         else:
@@ -118,14 +157,14 @@ def test_the_verdicts_follow_the_numbers_and_their_thresholds(summaries) -> None
         table = "table0" if d.order == 0 else "table1"
         diff = "diff_R" if d.order == 0 else "diff_R_oracle"
         loses = [k for k in range(3) if not gaps.get(diff, f"{d.drafter}-{table}", k) < 0]
-        assert c.verdicts[1].flag == bool(loses)
+        assert c.verdicts[2].flag == bool(loses)
         # fix first: the slot of the largest held-out best-response gain
         gains = [gaps.get("dtau_br", d.drafter, k) for k in range(3)]
         best = max(range(3), key=lambda k: gains[k])
-        assert c.verdicts[4].text.startswith(f"fix slot {best} of {d.drafter} first")
-        assert f"{gains[best]:.3f}" in c.verdicts[4].text
+        assert c.verdicts[5].text.startswith(f"fix slot {best} of {d.drafter} first")
+        assert f"{gains[best]:.3f}" in c.verdicts[5].text
         # the order verdict quotes the other order's floor from the floors summary
-        assert ("0.120" if d.order == 0 else "0.320") in c.verdicts[3].text
+        assert ("0.120" if d.order == 0 else "0.320") in c.verdicts[4].text
 
 
 def fidelity_record(drafter: str, tvs=(0.0, 0.0, 0.0), error: str | None = None) -> dict:
@@ -154,6 +193,62 @@ def test_the_export_verdict_reads_the_fidelity_record(summaries, record, needle,
         build_check(*summaries, spec)
     verdict = build_check(*summaries, spec, fidelity={"mine": record}).drafters[0].verdicts[0]
     assert verdict.kind == "export" and needle in verdict.text and verdict.flag == flag
+
+
+def served(acceptance_z=0.3, lossless_z=-0.8, agreement=1.0, first=None):
+    from floorgap.reports.check import ServedCheck
+
+    return ServedCheck(engine="vllm", replayed_with="results/t/drafters/mine/final.pt",
+                       by_temperature={
+                           0.0: {"tau_served": [2.0, 1.8, 2.2], "tau_offline": [2.0, 1.8, 2.2],
+                                 "rounds": 40.0, "acceptance_z": math.nan,
+                                 "lossless_z": math.nan, "greedy_agreement": agreement},
+                           1.0: {"tau_served": [1.5, 1.3, 1.7], "tau_offline": [1.6, 1.4, 1.8],
+                                 "rounds": 50.0, "acceptance_z": acceptance_z,
+                                 "lossless_z": lossless_z, "greedy_agreement": math.nan}},
+                       first_divergent=first)
+
+
+FIRST = {"task": "gsm8k", "row_id": "gsm8k:3", "round": 4, "served": 0, "replayed": 2}
+
+
+@pytest.mark.parametrize(("check", "needle", "flag"), [
+    (served(), "the engine serves what the weights predict: mine in vllm, replayed with "
+               "results/t/drafters/mine/final.pt: acceptance z +0.30 at T = 1; lossless z -0.80 "
+               "at T = 1; 100% of 40 rounds reproduced at T = 0", False),
+    (served(acceptance_z=-9.5, agreement=0.4, first=FIRST),
+     "engine or layout fault: mine in vllm, replayed with results/t/drafters/mine/final.pt: "
+     "acceptance z -9.50 at T = 1; 40% of 40 rounds reproduced at T = 0; first divergent round: "
+     "gsm8k row gsm8k:3 round 4 (served 0 drafts accepted, replayed 2)", True),
+    (served(lossless_z=6.0), "engine or layout fault: mine in vllm, replayed with "
+     "results/t/drafters/mine/final.pt: lossless z +6.00 at T = 1; tau served 2.000", True),
+    (served(agreement=0.85), "85% of 40 rounds reproduced at T = 0; tau served", True),
+])
+def test_the_engine_verdict_follows_the_served_tests(summaries, check, needle, flag) -> None:
+    from floorgap.reports.check import build_check, to_html, to_markdown
+
+    spec = {**check_spec(drafters=("mine",), pairs=()), "served": ["mine"], "engine": "vllm"}
+    with pytest.raises(ValueError, match=r"no served rounds for \['mine'\]"):
+        build_check(*summaries, spec)
+    report = build_check(*summaries, spec, served={"mine": check})
+    verdict = report.drafters[0].verdicts[1]
+    assert verdict.kind == "engine" and needle in verdict.text and verdict.flag == flag
+    # the page: the drafter's figure and the served one; the served table in both
+    page, md = to_html(report), to_markdown(report)
+    assert len(re.findall(r"<img ", page)) == 2 and "Served in vllm" in page
+    assert "| T | rounds | tau served |" in md and "| 1 | 50 | 1.500 | [1.300, 1.700] |" in md
+
+
+def test_why_a_folder_was_not_served(summaries) -> None:
+    from floorgap.reports.check import build_check
+
+    spec = {**check_spec(drafters=("mine",), pairs=()), "served": [], "engine": "vllm"}
+    spec["drafters"][0]["entry"]["checkpoint"] = {"format": "speculators", "path": "/m"}
+    text = build_check(*summaries, spec).drafters[0].verdicts[1].text
+    assert "mine was not served: its folder is in the speculators layout" in text
+    spec["drafters"][0]["entry"]["checkpoint"]["format"] = "dflash"
+    text = build_check(*summaries, spec).drafters[0].verdicts[1].text
+    assert "mine was not served: the check does not serve (--no-serve)" in text
 
 
 def test_comparisons_are_the_paired_differences_with_their_intervals(summaries) -> None:
@@ -327,10 +422,13 @@ def test_a_reference_per_folder_reaches_the_check_entry(folders, checkout, monke
                         lambda cmd, cwd, check: subprocess.CompletedProcess(cmd, 0))
     a, b = str(folders["Draft_A"]), str(folders["draft-b"])
     assert cli.main(["check", a, b, "--reference", "results/t/drafters/v/final.pt",
-                     "--reference", "-", "--report", "pair", "--dry-run"]) == 0
+                     "--reference", "-", "--report", "pair", "--no-serve", "--serve-rows", "3",
+                     "--dry-run"]) == 0
     overlay = yaml.safe_load((checkout / "results" / "check" / "pair.yaml").read_text())
     assert overlay["check"]["pair"]["references"] == {
         "draft_a": "results/t/drafters/v/final.pt"}
+    assert overlay["check"]["pair"]["serve"] is False
+    assert overlay["check"]["pair"]["serve_rows"] == 3
     base = yaml.safe_load((checkout / "config.yaml").read_text())
     spec = resolve({**base, **overlay})
     assert spec.fidelity_files("pair") == ["results/check/pair/fidelity/draft_a.json"]

@@ -458,6 +458,12 @@ def check_parser() -> argparse.ArgumentParser:
     parser.add_argument("--format", default="auto",
                         choices=["auto", "dflash", "dspark", "speculators"],
                         help="checkpoint layout of every folder (default: detected per folder)")
+    parser.add_argument("--serve", action=argparse.BooleanOptionalAction, default=None,
+                        help="serve each dflash or dspark folder in the config's engine on a few "
+                             "rows per task and replay its rounds (default: on where the config "
+                             "has a serving section)")
+    parser.add_argument("--serve-rows", type=int, default=None, metavar="N",
+                        help="rows per serving task each folder is served on (default 1)")
     _workflow_options(parser)
     return parser
 
@@ -509,6 +515,12 @@ def _check_plan(args: argparse.Namespace, argv: Sequence[str]
     references = {n: str(Path(r).expanduser()) for n, r in zip(names, refs) if r != "-"}
     if references:
         overlay["check"][report]["references"] = references
+    if args.serve is not None:
+        overlay["check"][report]["serve"] = args.serve
+    if args.serve_rows is not None:
+        if args.serve_rows < 1:
+            raise DecomposeError(f"--serve-rows {args.serve_rows}: give at least 1 row per task")
+        overlay["check"][report]["serve_rows"] = args.serve_rows
     overlay_path = write_overlay(path, overlay)
     files = check_paths(report)
     return root, _snakemake_command(root, base, overlay_path, files, args), files

@@ -48,6 +48,8 @@ CHECKPOINT_KEYS = frozenset({"name", "kind", "layers", "checkpoint"})
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 #: The files the decomposition stage writes per drafter (results/<target>/decomposition/).
 DECOMPOSITION_EXTS = ("csv", "tex", "md")
+#: The folder layouts the engines serve (vLLM's and SGLang's dflash and dspark methods).
+SERVED_FORMATS = ("dflash", "dspark")
 #: The files of one check (``floorgap check``): the page a person reads and its summary.
 CHECK_FILES = ("index.html", "summary.md")
 
@@ -482,6 +484,10 @@ class WorkflowSpec:
                              for d in drafters],
                 "pairs": pairs, "level": self.config["analysis"]["level"],
                 "references": dict(entry.get("references") or {}),
+                "served": self.check_served(name),
+                "engine": (self.serving or {}).get("engine"),
+                "tasks": list((self.serving or {}).get("tasks", [])),
+                "bootstrap": self.config["analysis"]["bootstrap"], "seed": self.config["seed"],
                 "command": entry.get("command", ""),
                 "configfiles": list(entry.get("configfiles", []))}
 
@@ -501,6 +507,40 @@ class WorkflowSpec:
                 "reference": entry["references"][drafter],
                 "law": self.config["evaluation_law"], "gamma": self.config["anchors"]["gamma"],
                 "anchors_per_domain": int(entry.get("fidelity_anchors", 4))}
+
+    def check_served(self, name: str) -> list[str]:
+        """The drafters of check ``name`` it serves: those whose folder is in a layout the
+        engines load (dflash, dspark), when the check serves (``serve``, by default where the
+        config has a serving section)."""
+        entry = self.checks[name]
+        if not entry.get("serve", self.serving is not None) or self.serving is None:
+            return []
+        folders = {d: self.variant_entry(d)["checkpoint"] for d in entry["drafters"]}
+        return [d for d, c in folders.items() if c["format"] in SERVED_FORMATS and "path" in c]
+
+    @property
+    def check_systems(self) -> list[str]:
+        """Every served drafter of every check, each a serving system of its check's target
+        (after serving.systems, on the ports that follow theirs)."""
+        return list(dict.fromkeys(d for name in self.checks for d in self.check_served(name)))
+
+    def check_serve_rows(self, drafter: str) -> int:
+        """Rows per task a checked drafter is served on (the most any of its checks asks)."""
+        return max(int(e.get("serve_rows", 1)) for e in self.checks.values()
+                   if drafter in e["drafters"])
+
+    def check_reference(self, drafter: str) -> str | None:
+        """The weights a checked drafter's folder was exported from, where a check names them:
+        its served rounds are replayed with those (else with floorgap's import of the folder)."""
+        refs = [e["references"][drafter] for e in self.checks.values()
+                if drafter in (e.get("references") or {})]
+        return refs[0] if refs else None
+
+    def check_replay_files(self, name: str) -> list[str]:
+        """The replayed rounds of the folders check ``name`` serves, in its drafters' order."""
+        target = self.check_target(name)
+        return [f"results/{target}/serving_replay/{d}/rounds.parquet"
+                for d in self.check_served(name)]
 
     def check_files(self) -> list[str]:
         """The check_report stage's outputs of every check of the config."""
@@ -528,12 +568,27 @@ class WorkflowSpec:
             return {"name": name, "kind": "target", "format": None}
         entry = self.variant_entry(name)
         kind = variant_kind(entry, f"serving.systems {name}")
+        if name in self.check_systems:
+            # a checked folder is served as it is, in its own layout
+            return {"name": name, "kind": kind, "format": entry["checkpoint"]["format"]}
         return {"name": name, "kind": kind, "format": self.export_formats(entry)[0]}
 
+    def served_folder(self, target: str, name: str) -> str | None:
+        """The drafter folder the engine loads for system ``name``: a checked folder itself,
+        a variant's export in the system's format, none for ``ar`` and ``target``."""
+        fmt = self.serving_system(name)["format"]
+        if fmt is None:
+            return None
+        if name in self.check_systems:
+            return str(self.variant_entry(name)["checkpoint"]["path"])
+        return f"results/{target}/export/{name}/{fmt}"
+
     def serving_port(self, name: str) -> int:
-        """System i of serving.systems listens on port + i (jobs may run side by side)."""
+        """System i of serving.systems, then of the checks' served drafters, listens on
+        port + i (jobs may run side by side)."""
         serving = self.serving or {}
-        return int(serving.get("port", 8011)) + list(serving["systems"]).index(name)
+        return int(serving.get("port", 8011)) + [*serving["systems"],
+                                                 *self.check_systems].index(name)
 
     def serving_rows_spec(self, target: str) -> dict[str, Any]:
         serving = self.serving or {}
@@ -544,6 +599,9 @@ class WorkflowSpec:
         serving = dict(self.serving or {})
         serving.update(port=self.serving_port(system),
                        max_model_len=int(serving.get("max_model_len", 4096)))
+        if system in self.check_systems and system not in serving["systems"]:
+            # a check serves a few rows per task, one request in flight
+            serving.update(rows_per_task=self.check_serve_rows(system), concurrency=[1])
         return {"target": self.target(target), "system": self.serving_system(system),
                 "serving": {k: v for k, v in serving.items()
                             if k not in ("systems", "tasks", "published")},
@@ -559,6 +617,12 @@ class WorkflowSpec:
     def serving_replay_spec(self, target: str, system: str) -> dict[str, Any]:
         return {"target": self.target(target), "system": self.serving_system(system),
                 "gamma": self.config["anchors"]["gamma"]}
+
+    def replay_reference(self, system: str) -> list[str]:
+        """The weights a system's rounds are replayed with in place of its served folder: a
+        checked drafter's reference, where its check names one."""
+        ref = self.check_reference(system) if system in self.check_systems else None
+        return [ref] if ref else []
 
     def serving_summary_spec(self, target: str) -> dict[str, Any]:
         return {"target": self.target(target), "tasks": list((self.serving or {})["tasks"]),
@@ -799,6 +863,9 @@ def _check_checks(spec: WorkflowSpec) -> None:
         if stray:
             raise ConfigError(f"check.{name}.references names {stray}, which the check does not "
                               f"list in drafters ({', '.join(entry['drafters'])})")
+        if entry.get("serve") and spec.serving is None:
+            raise ConfigError(f"check.{name}.serve is on, but the config has no serving section "
+                              "(the engine, its python and the tasks); add one or drop serve")
         target = spec.check_target(name)
         if target not in spec.targets or spec.scope(target) != "full":
             raise ConfigError(f"check.{name}.target {target!r} is not a target of scope full "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -90,3 +92,27 @@ def test_served_against_offline_by_hand() -> None:
     assert get("acceptance_z", "all") == pytest.approx((4 - 5) / 0.5 ** 0.5)
     # the lossless test counts every round, the incomplete one too
     assert get("lossless_z", "all") == pytest.approx(-5 / 10 ** 0.5)
+
+
+def test_a_served_check_reads_its_temperatures_and_the_first_divergent_round() -> None:
+    from floorgap.analysis.serving import first_divergent_round, served_check
+
+    hot = _rounds().assign(round=range(5))
+    cold = hot.copy().assign(temperature=0.0, lossless_score=float("nan"),
+                             lossless_var=float("nan"))
+    # greedy rounds: tv 0 where the argmaxes agree; the third accepts 1 where the replay says 0
+    cold["tv"] = [[0.0, 0.0], [1.0, 0.0], [1.0, 0.0], [float("nan")] * 2, [0.0, 1.0]]
+    cold["accepted"] = [2, 0, 1, 0, 1]
+    out = served_check(pd.concat([hot, cold], ignore_index=True), tasks=["a", "b"], n_boot=50,
+                       level=0.9, seed=1)
+    t1, t0 = out["by_temperature"][1.0], out["by_temperature"][0.0]
+    assert t1["acceptance_z"] == pytest.approx((4 - 5) / 0.5 ** 0.5)
+    assert t1["lossless_z"] == pytest.approx(-5 / 10 ** 0.5)
+    assert t1["tau_offline"][0] == pytest.approx(((3 + 1.75 + 1) / 3 + 2) / 2)
+    assert t1["tau_offline"][1] <= t1["tau_offline"][0] <= t1["tau_offline"][2]
+    assert t0["greedy_agreement"] == pytest.approx(3 / 4) and t0["rounds"] == 4
+    assert math.isnan(t0["acceptance_z"]) and math.isnan(t1["greedy_agreement"])
+    assert out["first_divergent"] == {"task": "a", "row_id": "a:1", "round": 2, "served": 1,
+                                      "replayed": 0}
+    cold["accepted"] = [2, 0, 0, 0, 1]
+    assert first_divergent_round(cold) is None

@@ -1,6 +1,8 @@
 # Checks of a user's own drafters (the config's `check` section, written by `floorgap check`):
 # one page per check from the decompose group's gaps summary and the floors summary of its
-# target. Wired only when the section names a check.
+# target, the export fidelity of folders with a reference and the replayed rounds of the folders
+# it serves (the serving and serving_replay rules, a few rows per task). Wired only when the
+# section names a check.
 
 if W.checks:
 
@@ -12,6 +14,7 @@ if W.checks:
             gaps=lambda w: f"results/{W.check_target(w.name)}/gaps/decompose.parquet",
             floors=lambda w: f"results/{W.check_target(w.name)}/floors/summary.parquet",
             fidelity=lambda w: W.fidelity_files(w.name),
+            replay=lambda w: W.check_replay_files(w.name),
         output:
             html="results/check/{name}/index.html",
             md="results/check/{name}/summary.md",
@@ -29,6 +32,6 @@ if W.checks:
             CONDA_ENV
         shell:
             "floorgap check_report --spec {params.spec:q} --gaps {input.gaps}"
-            " --floors {input.floors} --fidelity {input.fidelity}"
+            " --floors {input.floors} --fidelity {input.fidelity} --replay {input.replay}"
             " --out-html {output.html} --out-md {output.md}"
             " --log {log} --threads {threads}"

@@ -3,12 +3,14 @@
 # its own environment (serving.python) and asks for 8 threads, which Snakemake caps at --cores
 # (--max-threads on a cluster): on a small machine it then has every core, so its runs are
 # timed on an otherwise idle machine; each system has its own port, so servers never clash.
+# A check's served drafters (floorgap check) are systems too, on a few rows per task.
 
 
 def served_drafter(w):
-    """The exported folder of a drafter system (none for `ar` and `target`)."""
-    fmt = W.serving_system(w.system)["format"]
-    return [] if fmt is None else f"results/{w.target}/export/{w.system}/{fmt}"
+    """The folder the engine loads for a drafter system: a variant's export, or a checked
+    folder as it is (none for `ar` and `target`)."""
+    folder = W.served_folder(w.target, w.system)
+    return [] if folder is None else folder
 
 
 rule serving:

@@ -234,3 +234,39 @@ def summarise_replay(rounds: pd.DataFrame, *, n_boot: int, level: float, seed: i
                          "temperature": temp, "concurrency": 0, "estimate": value,
                          "lower": value, "upper": value})
     return pd.DataFrame(rows)
+
+
+def first_divergent_round(rounds: pd.DataFrame) -> dict[str, Any] | None:
+    """The first complete round at temperature 0, in the records' order, whose served accepted
+    drafts differ from the replay's (the leading slots whose argmaxes agree): where an engine or
+    layout fault first shows; None when every greedy round is reproduced."""
+    done = rounds[rounds["complete"].astype(bool) & (rounds["temperature"] == 0.0)]
+    for r in done.itertuples():
+        predicted = ([float(x) == 0.0 for x in r.tv] + [False]).index(False)
+        if predicted != int(r.accepted):
+            return {"task": str(r.task), "row_id": str(r.row_id), "round": int(r.round),
+                    "served": int(r.accepted), "replayed": predicted}
+    return None
+
+
+def served_check(rounds: pd.DataFrame, *, tasks: Sequence[str], n_boot: int, level: float,
+                 seed: int) -> dict[str, Any]:
+    """One checked drafter's served rounds against their replay (``floorgap check``): by
+    temperature the served and the replay-predicted tau (task macro with its interval) and the
+    rounds; the acceptance and lossless z at temperature > 0; the greedy agreement and the first
+    divergent round at temperature 0 (see :func:`summarise_replay`)."""
+    table = summarise_replay(rounds, n_boot=n_boot, level=level, seed=seed, tasks=tasks)
+    out: dict[str, Any] = {"by_temperature": {}, "first_divergent": first_divergent_round(rounds)}
+    for temp in sorted(set(table["temperature"].astype(float))):
+        rows = table[table["temperature"] == temp]
+
+        def pick(stat: str, task: str = "all") -> list[float]:
+            hit = rows[(rows["statistic"] == stat) & (rows["task"] == task)]
+            return [float(hit[f].iloc[0]) for f in ("estimate", "lower", "upper")] \
+                if len(hit) else [float("nan")] * 3
+
+        out["by_temperature"][temp] = {
+            "tau_served": pick("tau_matched", "macro"), "tau_offline": pick("tau_offline", "macro"),
+            **{s: pick(s)[0] for s in ("rounds", "acceptance_z", "lossless_z",
+                                       "greedy_agreement")}}
+    return out

@@ -24,7 +24,21 @@ it states:
 * **export**: for a folder exported from weights trained here (a reference), whether it reads as
   those weights (:mod:`floorgap.probes.export_fidelity`: mean TV(q_ref, q) at most
   :data:`FIDELITY_TV` at every slot), else an export or layout fault; without a reference, that
-  an export fault would look like a poorly trained drafter.
+  an export fault would look like a poorly trained drafter;
+* **engine**: for a folder served in the engine on a few rows per task (the serving stage) and
+  every round replayed offline with the reference weights, or without one with floorgap's import
+  of the folder (the serving_replay stage): "the engine serves what the weights predict" when at
+  temperature 1 the accepted drafts agree with the replayed acceptance probabilities (|z| at
+  most :data:`SERVED_Z`) and the served tokens are draws from the target's law (lossless |z| at
+  most :data:`SERVED_Z`), and at temperature 0 at least :data:`GREEDY_SHARE` of the rounds are
+  reproduced; else "engine or layout fault" with the statistics and the first divergent round.
+
+Which faults the offline part alone sees: with a reference, every fault of the folder (block
+rows shifted, a wrong mask token, the taps' columns permuted) shows in the export verdict before
+anything is served. Without one, none does: the folder reads as a drafter and its numbers look
+like a poorly trained one's. The served part then still shows where the engine reads the folder
+otherwise than floorgap does (or samples otherwise, like the CPU sampler fault
+:mod:`floorgap.engine_plugins` mends), but not a fault both read alike.
 
 For several drafters, each pair's paired difference in tau on the same anchors and paths (and
 in risk by slot when both are of one order), with its interval: "a accepts longer than b" only
@@ -53,14 +67,22 @@ from floorgap.reports.decomposition import (
 )
 from floorgap.reports.gap_items import GapSummary
 
-__all__ = ["FIDELITY_TV", "FLOOR_SHARE", "CheckReport", "Comparison", "DrafterCheck", "Verdict",
-           "build_check", "to_html", "to_markdown", "write_check"]
+__all__ = ["FIDELITY_TV", "FLOOR_SHARE", "GREEDY_SHARE", "SERVED_Z", "CheckReport", "Comparison",
+           "DrafterCheck", "ServedCheck", "Verdict", "build_check", "to_html", "to_markdown",
+           "write_check"]
 
 #: A slot is "within reach of its floor" when the model gap is at most this share of the risk.
 FLOOR_SHARE = 0.10
 #: A folder "reads as its reference weights" when the mean TV(q_ref, q) is at most this at every
 #: slot (a faithful export in the weights' dtype gives 0; bf16 rounding stays far below).
 FIDELITY_TV = 0.01
+#: The served check's |z| bound (acceptance and lossless tests): beyond it the engine does not
+#: serve what the replayed weights predict (a faithful folder stays within a few units).
+SERVED_Z = 4.0
+#: At temperature 0 the engine "reproduces" the replay when at least this share of the complete
+#: rounds accepts exactly the drafts before the first whose argmax differs from the target's
+#: (1 for a faithful folder in the replay's dtype; near-ties in a lower precision cost a few).
+GREEDY_SHARE = 0.9
 #: Per order: (floor, gap, gap share, risk) statistics of the decomposition, and the risk's name.
 _PARTS = {0: ("T0", "G0", "G0_share", "R", "R"),
           1: ("T1", "G1", "G1_share", "R_oracle", "R^oracle")}
@@ -77,13 +99,34 @@ class Verdict:
     flag: bool = False
 
 
+@dataclass(frozen=True)
+class ServedCheck:
+    """A folder served in ``engine`` and its rounds replayed with ``replayed_with``: by
+    temperature the served and replayed tau ([estimate, lower, upper], task macro), the rounds
+    and the tests (``acceptance_z``, ``lossless_z`` at T > 0; ``greedy_agreement`` at T = 0),
+    and the first greedy round the replay does not reproduce (task, row_id, round, served,
+    replayed), if any (:func:`floorgap.analysis.serving.served_check`)."""
+
+    engine: str
+    replayed_with: str
+    by_temperature: Mapping[float, Mapping[str, Any]]
+    first_divergent: Mapping[str, Any] | None = None
+
+    def at(self, hot: bool) -> tuple[float, Mapping[str, Any]] | None:
+        """(temperature, statistics) of the first temperature above 0 (``hot``) or at 0."""
+        temps = [t for t in sorted(self.by_temperature) if (t > 0) == hot]
+        return (temps[0], self.by_temperature[temps[0]]) if temps else None
+
+
 @dataclass
 class DrafterCheck:
-    """One drafter: its decomposition, dtau_br by slot (estimate, lower, upper) and verdicts."""
+    """One drafter: its decomposition, dtau_br by slot (estimate, lower, upper), verdicts and,
+    when it was served, the served check."""
 
     decomposition: Decomposition
     gain: pd.DataFrame
     verdicts: list[Verdict]
+    served: ServedCheck | None = None
 
     @property
     def name(self) -> str:
@@ -212,17 +255,56 @@ def export_verdict(name: str, fidelity: Mapping[str, Any] | None) -> Verdict:
                    f"{fidelity['anchors']} anchors at the worst slot", flag=True)
 
 
+def engine_verdict(name: str, served: ServedCheck | None, why_not: str) -> Verdict:
+    """Whether the engine serves what the replayed weights predict (module docstring), or why
+    the folder was not served."""
+    if served is None:
+        return Verdict("engine", f"{name} was not served: {why_not}")
+    hot, cold = served.at(True), served.at(False)
+    parts, bad = [], []
+    if hot is not None:
+        temp, stats = hot
+        for key, label in (("acceptance_z", "acceptance z"), ("lossless_z", "lossless z")):
+            z = float(stats.get(key, math.nan))
+            parts.append(f"{label} {z:+.2f} at T = {temp:g}")
+            if not abs(z) <= SERVED_Z:
+                bad.append(parts[-1])
+    if cold is not None:
+        temp, stats = cold
+        agree = float(stats.get("greedy_agreement", math.nan))
+        parts.append(f"{agree:.0%} of {int(stats['rounds'])} rounds reproduced at T = {temp:g}")
+        if not agree >= GREEDY_SHARE:
+            bad.append(parts[-1])
+    taus = [f"tau served {plain_number(s['tau_served'][0])} against replayed "
+            f"{plain_number(s['tau_offline'][0])} at T = {t:g}"
+            for t, s in sorted(served.by_temperature.items())]
+    where = f"{name} in {served.engine}, replayed with {served.replayed_with}"
+    if not bad:
+        return Verdict("engine", f"the engine serves what the weights predict: {where}: "
+                       f"{'; '.join(parts + taus)} (|z| at most {SERVED_Z:g}, at least "
+                       f"{GREEDY_SHARE:.0%} of greedy rounds)")
+    first = served.first_divergent
+    first_text = (f"; first divergent round: {first['task']} row {first['row_id']} round "
+                  f"{first['round']} (served {first['served']} drafts accepted, replayed "
+                  f"{first['replayed']})" if first else "")
+    return Verdict("engine", f"engine or layout fault: {where}: {'; '.join(bad)}{first_text}; "
+                   f"{'; '.join(taus)}", flag=True)
+
+
 def drafter_check(gaps: GapSummary, d: Decomposition,
-                  fidelity: Mapping[str, Any] | None = None) -> DrafterCheck:
+                  fidelity: Mapping[str, Any] | None = None, served: ServedCheck | None = None,
+                  why_not_served: str = "") -> DrafterCheck:
     """The check of one decomposed drafter: dtau_br by slot and the verdict lines (the export
-    verdict from its fidelity record, when it has a reference)."""
+    verdict from its fidelity record, when it has a reference; the engine verdict from its
+    served check, when it was served)."""
     gain = pd.DataFrame([{"slot": k, **{f: gaps.get("dtau_br", d.drafter, k, field=f)
                                         for f in ("estimate", "lower", "upper")}}
                          for k in range(d.gamma)])
-    verdicts = [export_verdict(d.drafter, fidelity)]
+    verdicts = [export_verdict(d.drafter, fidelity),
+                engine_verdict(d.drafter, served, why_not_served)]
     verdicts += [Verdict("under-trained", v.sentence(), flag=bool(v.loses)) for v in d.verdicts]
     verdicts += [floor_verdict(d), order_verdict(d), fix_first_verdict(d.drafter, gain)]
-    return DrafterCheck(d, gain, verdicts)
+    return DrafterCheck(d, gain, verdicts, served)
 
 
 def comparison(gaps: GapSummary, a: Decomposition, b: Decomposition, level: float
@@ -252,17 +334,23 @@ def comparison(gaps: GapSummary, a: Decomposition, b: Decomposition, level: floa
 
 
 def build_check(gaps_path: str | Path, floors_path: str | Path, spec: Mapping[str, Any],
-                fidelity: Mapping[str, Mapping[str, Any]] | None = None) -> CheckReport:
+                fidelity: Mapping[str, Mapping[str, Any]] | None = None,
+                served: Mapping[str, ServedCheck] | None = None) -> CheckReport:
     """The check described by ``spec`` (``floorgap.config.WorkflowSpec.check_spec``): every
     drafter's decomposition and verdicts, and every pair's comparison; ``fidelity`` holds the
-    export_fidelity record of each drafter with a reference. Raises ValueError when a drafter,
-    table or pair is missing from the summaries or they describe different runs, or a drafter
-    with a reference has no fidelity record."""
-    fidelity = dict(fidelity or {})
+    export_fidelity record of each drafter with a reference, ``served`` the served check of
+    each drafter the spec serves. Raises ValueError when a drafter, table or pair is missing
+    from the summaries or they describe different runs, or a drafter with a reference has no
+    fidelity record, or a served drafter no served check."""
+    fidelity, served = dict(fidelity or {}), dict(served or {})
     missing = sorted(set(spec.get("references") or {}) - set(fidelity))
     if missing:
         raise ValueError(f"no export_fidelity record for {missing}, which have a reference; "
                          "pass --fidelity results/check/<name>/fidelity/<drafter>.json")
+    unserved = sorted(set(spec.get("served") or []) - set(served))
+    if unserved:
+        raise ValueError(f"no served rounds for {unserved}, which the check serves; pass their "
+                         "serving and serving_replay records (--served-requests, --replay)")
     level = float(spec.get("level", 0.95))
     decs = {d["name"]: decompose(gaps_path, floors_path, d["name"],
                                  kind=str((d.get("entry") or {}).get("kind", "")), level=level,
@@ -276,9 +364,20 @@ def build_check(gaps_path: str | Path, floors_path: str | Path, spec: Mapping[st
         configs[str(p)] = p.read_text() if p.is_file() else f"({p} no longer exists)"
     return CheckReport(
         name=str(spec["name"]), target=first.target, gamma=first.gamma, level=level,
-        drafters=[drafter_check(gaps, d, fidelity.get(name)) for name, d in decs.items()],
+        drafters=[drafter_check(gaps, d, fidelity.get(name), served.get(name),
+                                _why_not_served(spec, d)) for name, d in decs.items()],
         comparisons=[comparison(gaps, decs[a], decs[b], level) for a, b in spec.get("pairs", [])],
         command=str(spec.get("command", "")), configs=configs)
+
+
+def _why_not_served(spec: Mapping[str, Any], d: Decomposition) -> str:
+    if not spec.get("engine"):
+        return "the config has no serving section (the engine, its python and the tasks)"
+    entry = next((x.get("entry") or {} for x in spec["drafters"] if x["name"] == d.drafter), {})
+    fmt = (entry.get("checkpoint") or {}).get("format")
+    if spec.get("served") is not None and fmt in ("dflash", "dspark"):
+        return "the check does not serve (--no-serve)"
+    return (f"its folder is in the {fmt} layout; the engines load dflash and dspark folders")
 
 
 # ------------------------------------------------------------------------------ figures
@@ -331,6 +430,29 @@ def drafter_figure(c: DrafterCheck) -> str:
     return _png(fig)
 
 
+def served_figure(c: DrafterCheck) -> str:
+    """Served against replayed tau (task macro, with intervals) at each temperature."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    assert c.served is not None
+    temps = sorted(c.served.by_temperature)
+    fig, ax = plt.subplots(figsize=(4.6, 2.6))
+    for shift, key, label, color in ((-0.08, "tau_served", "served", "#4c72b0"),
+                                     (0.08, "tau_offline", "replayed", "#dd8452")):
+        for i, t in enumerate(temps):
+            est, lo, hi = c.served.by_temperature[t][key]
+            ax.errorbar([i + shift], [est], yerr=[[max(est - lo, 0)], [max(hi - est, 0)]],
+                        fmt="o", color=color, capsize=3, label=label if i == 0 else None)
+    ax.set_xticks(range(len(temps)), [f"T = {t:g}" for t in temps])
+    ax.set(ylabel="tau", title=f"{c.name} in {c.served.engine}: served vs replayed")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _png(fig)
+
+
 def comparison_figure(report: CheckReport) -> str:
     """Each drafter's tau with its interval, and each pair's paired difference."""
     import matplotlib
@@ -376,6 +498,22 @@ def _drafter_table(c: DrafterCheck) -> tuple[list[str], list[list[str]]]:
              for row, g in zip(rows, c.gain.itertuples())])
 
 
+def _served_table(c: DrafterCheck) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of a served check: a row per temperature."""
+    assert c.served is not None
+    header = ["T", "rounds", "tau served", "CI", "tau replayed", "CI", "acceptance z",
+              "lossless z", "greedy rounds reproduced"]
+    rows = []
+    for t, st in sorted(c.served.by_temperature.items()):
+        (se, sl, su), (oe, ol, ou) = st["tau_served"], st["tau_offline"]
+        agree = float(st.get("greedy_agreement", math.nan))
+        rows.append([f"{t:g}", str(int(st["rounds"])), plain_number(se), _interval(sl, su),
+                     plain_number(oe), _interval(ol, ou), plain_number(st["acceptance_z"], 2),
+                     plain_number(st["lossless_z"], 2),
+                     f"{agree:.0%}" if math.isfinite(agree) else "--"])
+    return header, rows
+
+
 def _tau_text(d: Decomposition, level: float) -> str:
     return (f"{plain_number(d.value('tau'))} ({level:.0%} CI "
             f"{_interval(d.value('tau', -1, 'lower'), d.value('tau', -1, 'upper'))})")
@@ -392,9 +530,16 @@ def to_markdown(report: CheckReport) -> str:
         header, rows = _drafter_table(c)
         lines += ["", f"## {d.drafter} ({d.kind or 'drafter'}, order {d.order})", "",
                   f"tau (offline accepted length) = {_tau_text(d, report.level)}",
-                  "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-                  *["| " + " | ".join(r) + " |" for r in rows]]
+                  "", *_markdown_table(header, rows)]
+        if c.served is not None:
+            lines += ["", f"Served in {c.served.engine}, every round replayed with "
+                      f"{c.served.replayed_with}:", "", *_markdown_table(*_served_table(c))]
     return "\n".join(lines) + "\n"
+
+
+def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *["| " + " | ".join(r) + " |" for r in rows]]
 
 
 _PAGE = """<!doctype html>
@@ -419,7 +564,9 @@ img { max-width: 100%; } pre { background: #f6f6f6; padding: .6em; overflow-x: a
 <p class="muted">Thresholds: a drafter "loses to a lookup table" at a slot where its paired
 risk difference from the table is not below zero; "within {{ pct(floor_share) }} of its floor" where
 the model gap is at most {{ pct(floor_share) }} of its risk; a comparison is resolved when its
-{{ pct(r.level) }} interval excludes zero.</p>
+{{ pct(r.level) }} interval excludes zero; the engine serves what the weights predict when the
+acceptance and lossless |z| are at most {{ served_z }} and at least {{ pct(greedy_share) }} of the
+greedy rounds are reproduced.</p>
 {% if compare_png %}<h2>Side by side</h2>
 <figure><img src="{{ compare_png }}" alt="tau of each drafter and paired differences"></figure>
 {% for table in comparison_tables %}{{ table | safe }}{% endfor %}
@@ -429,6 +576,11 @@ the model gap is at most {{ pct(floor_share) }} of its risk; a comparison is res
 <p>tau (offline accepted length) = {{ d.tau }}</p>
 <figure><img src="{{ d.png }}" alt="floor, model gap and best-response gain of {{ d.name }}"></figure>
 {{ d.table | safe }}
+{% if d.served_png %}<h3>Served in {{ d.engine }}</h3>
+<p class="muted">every served round replayed offline with {{ d.replayed_with }}</p>
+<figure><img src="{{ d.served_png }}" alt="served against replayed tau of {{ d.name }}"></figure>
+{{ d.served_table | safe }}
+{% endif %}
 {% endfor %}
 <h2>How this was made</h2>
 <pre>{{ r.command or "(no command recorded)" }}</pre>
@@ -445,12 +597,16 @@ def to_html(report: CheckReport) -> str:
 
     drafters = [{"name": c.name, "kind": c.decomposition.kind or "drafter",
                  "order": c.decomposition.order, "tau": _tau_text(c.decomposition, report.level),
-                 "png": drafter_figure(c), "table": _table_html(*_drafter_table(c))}
+                 "png": drafter_figure(c), "table": _table_html(*_drafter_table(c)),
+                 **({"served_png": served_figure(c), "engine": c.served.engine,
+                     "replayed_with": c.served.replayed_with,
+                     "served_table": _table_html(*_served_table(c))} if c.served else {})}
                 for c in report.drafters]
     env = jinja2.Environment(autoescape=True)
     page = env.from_string(_PAGE)
     return page.render(
-        r=report, drafters=drafters, floor_share=FLOOR_SHARE,
+        r=report, drafters=drafters, floor_share=FLOOR_SHARE, served_z=f"{SERVED_Z:g}",
+        greedy_share=GREEDY_SHARE,
         pct=lambda x: f"{x:.0%}",
         compare_png=comparison_figure(report) if len(report.drafters) > 1 else "",
         comparison_tables=[_table_html(*_comparison_rows(c)) for c in report.comparisons

@@ -1,10 +1,12 @@
 """``floorgap check_report --spec JSON --gaps DECOMPOSE.parquet --floors SUMMARY.parquet
---out-html index.html --out-md summary.md [--log LOG]``
+[--fidelity F.json ...] [--replay ROUNDS.parquet ...] --out-html index.html --out-md summary.md
+[--log LOG]``
 
 One check of the config's ``check`` section (see :mod:`floorgap.reports.check`): for the
 drafters it names (decompose drafters of one target), their floor and model gap by slot beside
-the lookup tables, offline tau, the single-slot best-response gain, the verdict lines and, for
-several drafters, their paired differences; written as a page (``index.html``, figures inline)
+the lookup tables, offline tau, the single-slot best-response gain, the export and served
+checks (export_fidelity records; serving_replay records of the folders it served), the verdict
+lines and, for several drafters, their paired differences; written as a page (``index.html``, figures inline)
 and a markdown summary. The spec is ``WorkflowSpec.check_spec``. ``floorgap check FOLDER ...``
 runs the workflow up to this stage.
 """
@@ -30,7 +32,36 @@ def build_parser() -> argparse.ArgumentParser:
                     "--out-md": "the markdown summary (results/check/<name>/summary.md)"})
     parser.add_argument("--fidelity", type=Path, nargs="*", default=[],
                         help="export_fidelity records of the drafters with a reference")
+    parser.add_argument("--replay", type=Path, nargs="*", default=[],
+                        help="serving_replay records of the drafters the check serves")
     return parser
+
+
+def served_checks(paths: list[Path], spec: dict, logger: logging.Logger) -> dict:
+    """The served check of each drafter from its serving_replay record (rounds replayed with
+    its reference, or floorgap's import of its folder)."""
+    from floorgap.analysis.serving import load_rounds, served_check
+    from floorgap.records import read_metadata
+    from floorgap.reports.check import ServedCheck
+
+    out = {}
+    for path in paths:
+        meta = read_metadata(path)
+        rounds = load_rounds([path])
+        if rounds is None:
+            raise StageError(f"{path} holds no replayed round ({meta.get('note', 'empty')}); "
+                             "the check's served part needs an engine that reports per-round "
+                             "counts (vLLM)")
+        stats = served_check(rounds, tasks=list(spec.get("tasks") or
+                                                dict.fromkeys(rounds["task"])),
+                             n_boot=int(spec["bootstrap"]), level=float(spec["level"]),
+                             seed=int(spec["seed"]))
+        name = str(meta["system"])
+        out[name] = ServedCheck(engine=str(meta.get("engine")),
+                                replayed_with=str(meta.get("replayed_with",
+                                                           meta.get("drafter_dir"))), **stats)
+        logger.info("%s served in %s: %s", name, meta.get("engine"), stats["by_temperature"])
+    return out
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
@@ -47,7 +78,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
         record = json.loads(path.read_text())
         fidelity[str(record["drafter"])] = record
     try:
-        report = build_check(args.gaps, args.floors, spec, fidelity=fidelity)
+        report = build_check(args.gaps, args.floors, spec, fidelity=fidelity,
+                             served=served_checks(args.replay, spec, logger))
     except ValueError as exc:
         raise StageError(str(exc)) from exc
     write_check(report, args.out_html, args.out_md)

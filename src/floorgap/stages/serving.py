@@ -21,7 +21,7 @@ same for every system and concurrency, so AR and the drafters sample with the sa
 
 The spec holds ``target`` (config entry with ``name``), ``system`` (``name``, ``kind``),
 ``serving`` (the config section: ``engine``, ``python``, ``temperatures``, ``concurrency``,
-``max_tokens``, ``port``), ``gamma`` and ``seed``.
+``max_tokens``, ``port``, and for a check's folder ``rows_per_task``), ``gamma`` and ``seed``.
 """
 
 from __future__ import annotations
@@ -82,8 +82,10 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
         raise StageError(f"system {system['name']} is a {kind} drafter: give --drafter-dir")
     table = read_table(args.rows)
     tasks = list(dict.fromkeys(table["task"]))
+    # a check serves the first rows of each task only
+    keep = int(cfg["rows_per_task"]) if cfg.get("rows_per_task") else None
     rows = {t: [ServingRow(t, str(r.row_id), tuple(int(i) for i in r.prompt_ids))
-                for r in table[table["task"] == t].itertuples()] for t in tasks}
+                for r in table[table["task"] == t].itertuples()][:keep] for t in tasks}
     longest = max(len(r.prompt_ids) for task_rows in rows.values() for r in task_rows)
     max_model_len = engine_context_length(int(cfg["max_model_len"]), longest,
                                           int(cfg["max_tokens"]), args.model_dir)

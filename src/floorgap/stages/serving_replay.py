@@ -1,11 +1,14 @@
 """``floorgap serving_replay --spec JSON --model-dir DIR --rows ROWS --requests R
---drafter-dir DIR --out ROUNDS``
+--drafter-dir DIR [--reference FINAL.pt] --out ROUNDS``
 
 Every verification round a drafter system ran in the engine, replayed offline (see
 floorgap.probes.serving_replay): the same target and the same exported folder the engine loaded
 (imported by floorgap.models.engine_formats), and per round the engine's accepted drafts with
-p and q of the served continuation's tokens and TV(p_j, q_j) per slot. The spec holds
-``target`` (config entry), ``system`` (``name``, ``kind``) and ``gamma``.
+p and q of the served continuation's tokens and TV(p_j, q_j) per slot. With ``--reference``
+(a checked folder's trained weights, floorgap check) the rounds are replayed with those weights
+instead of the folder, so a folder the engine reads differently from the weights it was
+exported from shows as served != offline. The spec holds ``target`` (config entry), ``system``
+(``name``, ``kind``) and ``gamma``.
 
 An engine that reports no per-round counts (SGLang reports totals) leaves nothing to replay:
 the stage then writes an empty record that says so, and the summary has no offline rows.
@@ -27,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model-dir", required=True, type=Path)
     parser.add_argument("--drafter-dir", required=True, type=Path,
                         help="the exported folder the engine served")
+    parser.add_argument("--reference", type=Path, default=None,
+                        help="replay with these weights (a final.pt the folder was exported "
+                             "from) instead of floorgap's import of the folder")
     add_files(parser, "--rows", "--requests", "--out")
     return parser
 
@@ -63,7 +69,10 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     draft_sampling = str(read_metadata(args.requests).get("draft_sampling", "probabilistic"))
     meta["draft_sampling"] = draft_sampling
     model, _ = load_target(args.model_dir, target["dtype"], target["device"])
-    drafter = load_drafters([args.drafter_dir], model, gamma)[0]
+    replayed_with = args.reference or args.drafter_dir
+    meta["replayed_with"] = str(replayed_with)
+    drafter = load_drafters([replayed_with], model, gamma)[0]
+    logger.info("replaying with %s on %s (%s)", replayed_with, target["device"], target["dtype"])
     with progress(total=len(requests), desc=f"replay {system['name']}", unit="request") as bar:
         rounds, distinct = replay_requests(
             model, drafter, requests.itertuples(), prompts, target_name=target["name"],
