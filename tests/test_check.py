@@ -195,17 +195,21 @@ def test_the_export_verdict_reads_the_fidelity_record(summaries, record, needle,
     assert verdict.kind == "export" and needle in verdict.text and verdict.flag == flag
 
 
-def served(acceptance_z=0.3, lossless_z=-0.8, agreement=1.0, first=None):
+def served(acceptance_z=0.3, lossless_z=-0.8, agreement=1.0, first=None, drafts=(25, 26.5),
+           active=12):
     from floorgap.reports.check import ServedCheck
 
     return ServedCheck(engine="vllm", replayed_with="results/t/drafters/mine/final.pt",
                        by_temperature={
                            0.0: {"tau_served": [2.0, 1.8, 2.2], "tau_offline": [2.0, 1.8, 2.2],
                                  "rounds": 40.0, "acceptance_z": math.nan,
-                                 "lossless_z": math.nan, "greedy_agreement": agreement},
+                                 "lossless_z": math.nan, "greedy_agreement": agreement,
+                                 "active_rounds": float(active)},
                            1.0: {"tau_served": [1.5, 1.3, 1.7], "tau_offline": [1.6, 1.4, 1.8],
                                  "rounds": 50.0, "acceptance_z": acceptance_z,
-                                 "lossless_z": lossless_z, "greedy_agreement": math.nan}},
+                                 "lossless_z": lossless_z, "greedy_agreement": math.nan,
+                                 "accepted_observed": float(drafts[0]),
+                                 "accepted_expected": float(drafts[1])}},
                        first_divergent=first)
 
 
@@ -223,6 +227,16 @@ FIRST = {"task": "gsm8k", "row_id": "gsm8k:3", "round": 4, "served": 0, "replaye
     (served(lossless_z=6.0), "engine or layout fault: mine in vllm, replayed with "
      "results/t/drafters/mine/final.pt: lossless z +6.00 at T = 1; tau served 2.000", True),
     (served(agreement=0.85), "85% of 40 rounds reproduced at T = 0; tau served", True),
+    # informative at one temperature is enough
+    (served(drafts=(1, 2.0)), "the engine serves what the weights predict", False),
+    (served(active=0), "the engine serves what the weights predict", False),
+    # nothing accepted, served or replayed: no fault can show
+    (served(drafts=(1, 2.4), active=2),
+     "the served rounds cannot tell whether the engine serves what the weights predict: mine in "
+     "vllm, replayed with results/t/drafters/mine/final.pt: 1 drafts accepted against 2.4 "
+     "predicted at T = 1; 2 of 40 greedy rounds accept any draft", False),
+    # but a fault shows whatever the count
+    (served(drafts=(1, 2.4), active=2, acceptance_z=-5.0), "engine or layout fault", True),
 ])
 def test_the_engine_verdict_follows_the_served_tests(summaries, check, needle, flag) -> None:
     from floorgap.reports.check import build_check, to_html, to_markdown

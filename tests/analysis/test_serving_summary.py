@@ -111,6 +111,8 @@ def test_a_served_check_reads_its_temperatures_and_the_first_divergent_round() -
     assert t1["tau_offline"][0] == pytest.approx(((3 + 1.75 + 1) / 3 + 2) / 2)
     assert t1["tau_offline"][1] <= t1["tau_offline"][0] <= t1["tau_offline"][2]
     assert t0["greedy_agreement"] == pytest.approx(3 / 4) and t0["rounds"] == 4
+    assert t0["active_rounds"] == 3     # the second complete round accepts nothing either way
+    assert (t1["accepted_observed"], t1["accepted_expected"]) == (4, pytest.approx(5))
     assert math.isnan(t0["acceptance_z"]) and math.isnan(t1["greedy_agreement"])
     assert out["first_divergent"] == {"task": "a", "row_id": "a:1", "round": 2, "served": 1,
                                       "replayed": 0}

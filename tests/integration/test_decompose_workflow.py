@@ -35,7 +35,8 @@ def _copy_repository(dest: Path) -> Path:
 
 
 def _export(smoke_target, folder: Path, seed: int = 3) -> Path:
-    """A randomly initialised DFlash drafter on the smoke target, as a dflash folder."""
+    """A randomly initialised DFlash drafter on the smoke target, as a dflash folder (head_dim
+    32: vLLM's CPU attention has no kernel for 16)."""
     from floorgap.models.drafters import DrafterConfig, build_drafter
     from floorgap.models.engine_formats import export_drafter
     from floorgap.models.targets import load_target
@@ -45,7 +46,7 @@ def _export(smoke_target, folder: Path, seed: int = 3) -> Path:
     torch.manual_seed(seed)
     drafter = build_drafter(DrafterConfig(
         kind="dflash", gamma=cfg["anchors"]["gamma"], hidden_size=model.config.hidden_size,
-        n_layers=1, n_heads=4, n_kv_heads=2, head_dim=16, intermediate_size=64,
+        n_layers=1, n_heads=2, n_kv_heads=1, head_dim=32, intermediate_size=64,
         taps=cfg["drafters"]["taps"]), model)
     return export_drafter(drafter, folder, "dflash", num_target_layers=2)
 
@@ -98,23 +99,41 @@ def test_decompose_command_runs_the_workflow(smoke_target, smoke_run, tmp_path: 
     json.dumps(record["provenance"])  # plain values only
 
 
+def _permute_taps(export: Path, dest: Path) -> Path:
+    """A copy of an exported DFlash folder with the two halves of the fc input columns swapped:
+    the taps' features in the wrong order, a fault every engine loads without complaint."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(export, dest)
+    tensors = load_file(str(dest / "model.safetensors"))
+    fc = tensors["fc.weight"]
+    half = fc.shape[1] // 2
+    tensors["fc.weight"] = torch.cat([fc[:, half:], fc[:, :half]], dim=1).contiguous()
+    save_file(tensors, str(dest / "model.safetensors"))
+    return dest
+
+
 def test_check_command_writes_the_page_and_reuses_the_floors(smoke_target, smoke_run,
                                                              tmp_path: Path) -> None:
-    """`floorgap check A B E` on the smoke config, in one workflow run: two drafters of one's
-    own and the smoke run's own DFlash as exported for vLLM (trimmed vocabulary, mask
-    embedding) with the weights it was exported from as its reference, imported, evaluated and
-    compared on the smoke run's paths; one page and summary. Then a check of a further folder
-    plans no job of the floor half (the floors are reused)."""
+    """`floorgap check A E F` on the smoke config, in one workflow run: a drafter of one's own,
+    the smoke run's own DFlash as exported for vLLM (trimmed vocabulary, mask embedding) and
+    the same export with its taps' columns permuted, both with the weights they were exported
+    from as their reference; imported, evaluated and compared on the smoke run's paths, each
+    served in vLLM on one row per task and its rounds replayed (with the reference where there
+    is one); one page and summary. Then a check of a further folder plans no job of the floor
+    half (the floors are reused)."""
     work = copy_results(smoke_run, _copy_repository(tmp_path / "repo"))
-    folders = [_export(smoke_target, tmp_path / name, seed=seed)
-               for name, seed in (("Draft-A", 3), ("draft-b", 4), ("draft-c", 5))]
     smoke = work / "workflow" / "configs" / "smoke.yaml"
-    target = next(iter(yaml.safe_load(smoke.read_text())["targets"]))
+    cfg = yaml.safe_load(smoke.read_text())
+    target = next(iter(cfg["targets"]))
     export = work / "results" / target / "export" / "dflash" / "dflash"
     weights = f"results/{target}/drafters/dflash/final.pt"
-    res = subprocess.run([sys.executable, "-m", "floorgap", "check", *map(str, folders[:2]),
-                          str(export), "--name", "draft-a", "--name", "draft-b", "--name",
-                          "exported", "--reference", "-", "--reference", "-", "--reference",
+    mine, later = (_export(smoke_target, tmp_path / name, seed=seed)
+                   for name, seed in (("Draft-A", 3), ("draft-c", 5)))
+    faulty = _permute_taps(export, tmp_path / "faulty")
+    res = subprocess.run([sys.executable, "-m", "floorgap", "check", str(mine), str(export),
+                          str(faulty), "--name", "draft-a", "--name", "exported", "--name",
+                          "faulty", "--reference", "-", "--reference", weights, "--reference",
                           weights, "--report", "three", "--configfile", str(smoke),
                           "--cores", "2"],
                          cwd=work, env=snakemake_env(), capture_output=True, text=True,
@@ -123,31 +142,53 @@ def test_check_command_writes_the_page_and_reuses_the_floors(smoke_target, smoke
     out = work / "results" / "check" / "three"
     page, md = (out / "index.html").read_text(), (out / "summary.md").read_text()
     assert md.strip() in res.stdout and str(out / "index.html") in res.stdout
-    for name in ("draft-a", "draft-b", "exported"):
+    names = ("draft-a", "exported", "faulty")
+    for name in names:
         assert f"## {name} (dflash, order 0)" in md
         assert f"{name} loses to a lookup table" in md or f"{name} beats the" in md
-    for a, b in (("draft-a", "draft-b"), ("draft-a", "exported"), ("draft-b", "exported")):
-        assert (f"{a} accepts longer than {b}" in md or f"{b} accepts longer than {a}" in md
-                or f"{a} and {b}: no difference in tau resolved" in md)
-    assert page.count('<img src="data:image/png;base64,') == 4  # three drafters, one side by side
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            assert (f"{a} accepts longer than {b}" in md or f"{b} accepts longer than {a}" in md
+                    or f"{a} and {b}: no difference in tau resolved" in md)
+    # three drafters with their served figures, one side by side
+    assert page.count('<img src="data:image/png;base64,') == 3 + 3 + 1
     assert "floorgap check " in page and target in page
     gaps = pd.read_parquet(work / "results" / target / "gaps" / "decompose.parquet")
-    assert {"draft-a-draft-b", "draft-a-exported"} <= set(gaps.variant)  # paired differences
-    # the exported folder reads as its trained weights; the others have no reference
+    assert {"draft-a-exported", "exported-faulty"} <= set(gaps.variant)  # paired differences
+    # offline: the export reads as its trained weights, the permuted one does not
     fidelity = json.loads((out / "fidelity" / "exported.json").read_text())
     assert fidelity["error"] is None and fidelity["anchors"] == 4 * 4
     assert max(s["max_abs_dq"] for s in fidelity["slots"]) < 1e-5
     assert "exported's folder reads as the weights it was exported from" in md
+    assert "export or layout fault: faulty's folder does not read as" in md
     assert "draft-a: no reference weights were given" in md
+    # served: one row per task at each temperature, one request in flight
+    tasks, temps = list(cfg["serving"]["tasks"]), cfg["serving"]["temperatures"]
+    for name in names:
+        served = pd.read_parquet(work / "results" / target / "serving" / name /
+                                 "requests.parquet")
+        assert len(served) == len(tasks) * len(temps) and set(served.concurrency) == {1}
+    # the smoke target has random weights: its drafters accept (almost) nothing, served or
+    # replayed, so the served tests say what they can; never a fault for a faithful folder
+    engine = {n: next(line for line in md.splitlines() if f" {n} in vllm, replayed with " in line)
+              for n in names}
+    assert f"exported in vllm, replayed with {weights}" in engine["exported"]
+    assert f"faulty in vllm, replayed with {weights}" in engine["faulty"]
+    assert f"draft-a in vllm, replayed with {tmp_path / 'Draft-A'}" in engine["draft-a"]
+    for name in ("exported", "draft-a"):
+        assert ("the engine serves what the weights predict" in engine[name]
+                or "the served rounds cannot tell" in engine[name]), engine[name]
     # another drafter on the same target: only what depends on the drafter would run
-    again = subprocess.run([sys.executable, "-m", "floorgap", "check", str(folders[2]),
+    again = subprocess.run([sys.executable, "-m", "floorgap", "check", str(later),
                             "--configfile", str(smoke), "--cores", "1", "--dry-run"],
                            cwd=work, env=snakemake_env(), capture_output=True, text=True,
                            timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     stages = {"corpus", "anchors", "rollouts", "floors", "drafter_data", "drafters",
-              "drafter_eval_decompose", "gaps", "check_report"}
+              "drafter_eval_decompose", "gaps", "check_report", "serving", "serving_replay",
+              "serving_rows"}
     planned = {line.split()[0] for line in again.stdout.splitlines()
                if line and line.split()[0] in stages}
-    assert {"drafters", "check_report"} <= planned
-    assert not planned & {"corpus", "anchors", "rollouts", "floors", "drafter_data"}
+    assert {"drafters", "check_report", "serving", "serving_replay"} <= planned
+    assert not planned & {"corpus", "anchors", "rollouts", "floors", "drafter_data",
+                          "serving_rows"}

@@ -44,7 +44,8 @@ wildcard_constraints:
     shard=r"\d+",
     variant="|".join(map(str, W.drafter_names)) or "NONE",
     summary="|".join(W.eval_groups),
-    system="|".join((W.serving or {}).get("systems", [])) or "NONE",
+    # the configured systems and the folders the checks serve
+    system="|".join([*(W.serving or {}).get("systems", []), *W.check_systems]) or "NONE",
 
 
 def model_dir(target):

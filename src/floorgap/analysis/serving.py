@@ -236,16 +236,21 @@ def summarise_replay(rounds: pd.DataFrame, *, n_boot: int, level: float, seed: i
     return pd.DataFrame(rows)
 
 
+def greedy_accepts(tv: Sequence[float]) -> int:
+    """The drafts a greedy round accepts by the replay: the leading slots whose argmaxes agree
+    (TV 0)."""
+    return ([float(x) == 0.0 for x in tv] + [False]).index(False)
+
+
 def first_divergent_round(rounds: pd.DataFrame) -> dict[str, Any] | None:
     """The first complete round at temperature 0, in the records' order, whose served accepted
     drafts differ from the replay's (the leading slots whose argmaxes agree): where an engine or
     layout fault first shows; None when every greedy round is reproduced."""
     done = rounds[rounds["complete"].astype(bool) & (rounds["temperature"] == 0.0)]
     for r in done.itertuples():
-        predicted = ([float(x) == 0.0 for x in r.tv] + [False]).index(False)
-        if predicted != int(r.accepted):
+        if greedy_accepts(r.tv) != int(r.accepted):
             return {"task": str(r.task), "row_id": str(r.row_id), "round": int(r.round),
-                    "served": int(r.accepted), "replayed": predicted}
+                    "served": int(r.accepted), "replayed": greedy_accepts(r.tv)}
     return None
 
 
@@ -268,5 +273,13 @@ def served_check(rounds: pd.DataFrame, *, tasks: Sequence[str], n_boot: int, lev
         out["by_temperature"][temp] = {
             "tau_served": pick("tau_matched", "macro"), "tau_offline": pick("tau_offline", "macro"),
             **{s: pick(s)[0] for s in ("rounds", "acceptance_z", "lossless_z",
-                                       "greedy_agreement")}}
+                                       "greedy_agreement", "accepted_observed",
+                                       "accepted_expected")}}
+    done = rounds[rounds["complete"].astype(bool) & (rounds["temperature"] == 0.0)]
+    if len(done):
+        # greedy rounds where the engine or the replay accepts any draft: the others agree on
+        # nothing accepted whatever the folder holds, so they cannot show a fault
+        predicted = [greedy_accepts(tv) for tv in done["tv"]]
+        active = sum(1 for a, b in zip(done["accepted"], predicted) if int(a) > 0 or b > 0)
+        out["by_temperature"][0.0]["active_rounds"] = float(active)
     return out

@@ -467,7 +467,10 @@ def serve_run(spec: EngineSpec, *, target: str, system: str, task: str,
         if drafting and steps is None:
             raise StageError(f"{spec.engine} returned no speculative-decoding counts for "
                              f"{row.row_id}: start the server with per-request spec-decode "
-                             "metrics (vLLM) or a speculative algorithm (SGLang)")
+                             "metrics (vLLM) or a speculative algorithm (SGLang); if it was, "
+                             "the engine may have failed to run the drafter (its log says why, "
+                             "e.g. vLLM's CPU attention has no kernel for the drafter's "
+                             "head_dim)")
         requests.append(ServedRequest(
             target=target, system=system, engine=spec.engine, task=task, row_id=row.row_id,
             temperature=float(temperature), concurrency=int(concurrency), seed=int(seeds[i]),

@@ -31,7 +31,9 @@ it states:
   temperature 1 the accepted drafts agree with the replayed acceptance probabilities (|z| at
   most :data:`SERVED_Z`) and the served tokens are draws from the target's law (lossless |z| at
   most :data:`SERVED_Z`), and at temperature 0 at least :data:`GREEDY_SHARE` of the rounds are
-  reproduced; else "engine or layout fault" with the statistics and the first divergent round.
+  reproduced; else "engine or layout fault" with the statistics and the first divergent round;
+  and "cannot tell" where too few drafts are accepted for a fault to show
+  (:data:`MIN_DRAFTS`, :data:`MIN_ACTIVE_ROUNDS`).
 
 Which faults the offline part alone sees: with a reference, every fault of the folder (block
 rows shifted, a wrong mask token, the taps' columns permuted) shows in the export verdict before
@@ -83,6 +85,12 @@ SERVED_Z = 4.0
 #: rounds accepts exactly the drafts before the first whose argmax differs from the target's
 #: (1 for a faithful folder in the replay's dtype; near-ties in a lower precision cost a few).
 GREEDY_SHARE = 0.9
+#: The served rounds can show a fault only where drafts are accepted: at T > 0 when the engine
+#: accepted and the replay predicts at least this many drafts together; at T = 0 when at least
+#: :data:`MIN_ACTIVE_ROUNDS` greedy rounds accept a draft, served or replayed. A drafter that
+#: accepts (almost) nothing looks the same served and offline whatever its folder holds.
+MIN_DRAFTS = 10.0
+MIN_ACTIVE_ROUNDS = 5
 #: Per order: (floor, gap, gap share, risk) statistics of the decomposition, and the risk's name.
 _PARTS = {0: ("T0", "G0", "G0_share", "R", "R"),
           1: ("T1", "G1", "G1_share", "R_oracle", "R^oracle")}
@@ -279,6 +287,17 @@ def engine_verdict(name: str, served: ServedCheck | None, why_not: str) -> Verdi
             f"{plain_number(s['tau_offline'][0])} at T = {t:g}"
             for t, s in sorted(served.by_temperature.items())]
     where = f"{name} in {served.engine}, replayed with {served.replayed_with}"
+    if not bad and not informative(served):
+        drafts = [f"{plain_number(s.get('accepted_observed', math.nan), 0)} drafts accepted "
+                  f"against {plain_number(s.get('accepted_expected', math.nan), 1)} predicted at "
+                  f"T = {t:g}" for t, s in sorted(served.by_temperature.items()) if t > 0]
+        if cold is not None:
+            drafts.append(f"{int(cold[1].get('active_rounds', 0))} of {int(cold[1]['rounds'])} "
+                          f"greedy rounds accept any draft")
+        return Verdict("engine", f"the served rounds cannot tell whether the engine serves what "
+                       f"the weights predict: {where}: {'; '.join(drafts)}; a drafter that "
+                       "accepts almost nothing looks the same served and offline (serve more "
+                       "rows, --serve-rows)")
     if not bad:
         return Verdict("engine", f"the engine serves what the weights predict: {where}: "
                        f"{'; '.join(parts + taus)} (|z| at most {SERVED_Z:g}, at least "
@@ -289,6 +308,16 @@ def engine_verdict(name: str, served: ServedCheck | None, why_not: str) -> Verdi
                   f"{first['replayed']})" if first else "")
     return Verdict("engine", f"engine or layout fault: {where}: {'; '.join(bad)}{first_text}; "
                    f"{'; '.join(taus)}", flag=True)
+
+
+def informative(served: ServedCheck) -> bool:
+    """Whether the served rounds accept enough drafts to show a fault (:data:`MIN_DRAFTS`,
+    :data:`MIN_ACTIVE_ROUNDS`)."""
+    hot, cold = served.at(True), served.at(False)
+    drafts = float(hot[1].get("accepted_observed", 0)) + float(
+        hot[1].get("accepted_expected", 0)) if hot else 0.0
+    active = float(cold[1].get("active_rounds", 0)) if cold else 0.0
+    return drafts >= MIN_DRAFTS or active >= MIN_ACTIVE_ROUNDS
 
 
 def drafter_check(gaps: GapSummary, d: Decomposition,
