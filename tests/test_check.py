@@ -239,7 +239,8 @@ FIRST = {"task": "gsm8k", "row_id": "gsm8k:3", "round": 4, "served": 0, "replaye
     (served(drafts=(1, 2.4), active=2, acceptance_z=-5.0), "engine or layout fault", True),
 ])
 def test_the_engine_verdict_follows_the_served_tests(summaries, check, needle, flag) -> None:
-    from floorgap.reports.check import build_check, to_html, to_markdown
+    from floorgap.reports.check import build_check
+    from floorgap.reports.check_page import to_html, to_markdown
 
     spec = {**check_spec(drafters=("mine",), pairs=()), "served": ["mine"], "engine": "vllm"}
     with pytest.raises(ValueError, match=r"no served rounds for \['mine'\]"):
@@ -295,7 +296,8 @@ def test_a_pair_missing_from_the_summary_is_refused(summaries) -> None:
 
 
 def test_the_page_holds_the_verdicts_figures_tables_and_command(summaries) -> None:
-    from floorgap.reports.check import build_check, to_html, to_markdown
+    from floorgap.reports.check import build_check
+    from floorgap.reports.check_page import to_html, to_markdown
 
     report = build_check(*summaries, check_spec())
     page = to_html(report)
@@ -317,7 +319,8 @@ def test_the_page_holds_the_verdicts_figures_tables_and_command(summaries) -> No
 
 
 def test_one_drafter_has_no_comparison_section(summaries) -> None:
-    from floorgap.reports.check import build_check, to_html
+    from floorgap.reports.check import build_check
+    from floorgap.reports.check_page import to_html
 
     report = build_check(*summaries, check_spec(drafters=("mine",), pairs=()))
     page = to_html(report)
@@ -478,7 +481,8 @@ def _browser():
 
 
 def test_the_page_opens_in_a_browser_with_every_figure_and_verdict(summaries, tmp_path) -> None:
-    from floorgap.reports.check import build_check, write_check
+    from floorgap.reports.check import build_check
+    from floorgap.reports.check_page import write_check
 
     report = build_check(*summaries, check_spec())
     page = tmp_path / "check" / "index.html"

@@ -38,7 +38,7 @@ from floorgap.reports.common import LongSummary, fmt, fmt_interval, fmt_pct
 from floorgap.reports.gap_items import GapSummary
 
 __all__ = ["COLUMNS", "ORDER_STATS", "Decomposition", "by_slot_cells", "decompose",
-           "plain_number", "write_decomposition"]
+           "plain_interval", "plain_number", "write_decomposition"]
 
 #: The csv's columns.
 COLUMNS = ["statistic", "slot", "estimate", "lower", "upper"]
@@ -191,6 +191,11 @@ def plain_number(value: float, digits: int = 3) -> str:
     if not math.isfinite(value):
         return "--"
     return f"{value + 0.0:.{digits}f}" if abs(value) >= 0.5 * 10 ** -digits else f"{0:.{digits}f}"
+
+
+def plain_interval(lower: float, upper: float, digits: int = 3) -> str:
+    """An interval for a terminal or a page: ``[lower, upper]`` as :func:`plain_number`."""
+    return f"[{plain_number(lower, digits)}, {plain_number(upper, digits)}]"
 
 
 def _plain_pct(value: float) -> str:

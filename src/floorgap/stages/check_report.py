@@ -65,7 +65,8 @@ def served_checks(paths: list[Path], spec: dict, logger: logging.Logger) -> dict
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.reports.check import build_check, write_check
+    from floorgap.reports.check import build_check
+    from floorgap.reports.check_page import write_check
 
     spec = args.spec
     if not spec.get("drafters"):
