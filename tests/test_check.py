@@ -254,6 +254,42 @@ def test_the_engine_verdict_follows_the_served_tests(summaries, check, needle, f
     assert "| T | rounds | tau served |" in md and "| 1 | 50 | 1.500 | [1.300, 1.700] |" in md
 
 
+def test_an_engine_without_rounds_cannot_tell(summaries) -> None:
+    from floorgap.reports.check import ServedCheck, build_check
+    from floorgap.reports.check_page import to_html, to_markdown
+
+    spec = {**check_spec(drafters=("mine",), pairs=()), "served": ["mine"], "engine": "sglang"}
+    check = ServedCheck(engine="sglang", replayed_with="", by_temperature={},
+                        note="the engine reports no per-round counts")
+    report = build_check(*summaries, spec, served={"mine": check})
+    verdict = report.drafters[0].verdicts[1]
+    assert verdict.text.startswith("the served rounds cannot tell whether the engine serves what "
+                                   "the weights predict: mine in sglang: the engine reports no "
+                                   "per-round counts; serve in vllm") and not verdict.flag
+    assert len(re.findall(r"<img ", to_html(report))) == 1 and "Served in" not in \
+        to_markdown(report)
+
+
+def test_a_check_serves_in_its_own_engine() -> None:
+    cfg = smoke_with_checks({"c": {"drafters": ["mine"], "engine": "sglang"}})
+    with pytest.raises(ConfigError, match="check.c serves in sglang, which runs on CUDA only"):
+        resolve(cfg)
+    for t in cfg["targets"].values():
+        t["device"] = "cuda"
+    spec = resolve(cfg)
+    serving = spec.serving_spec(spec.primary, "mine")["serving"]
+    assert (serving["engine"], serving["python"]) == ("sglang", ".venv-sglang/bin/python")
+    # the configured systems keep the serving section's engine
+    assert spec.serving_spec(spec.primary, "dflash")["serving"]["engine"] == "vllm"
+    cfg["check"]["c"].update(engine="vllm")
+    serving = resolve(cfg).serving_spec(spec.primary, "mine")["serving"]
+    assert (serving["engine"], serving["python"]) == ("vllm", cfg["serving"]["python"])
+    cfg["check"]["d"] = {"drafters": ["mine"], "engine": "sglang"}
+    with pytest.raises(ConfigError, match=r"the checks name mine with the engines \['sglang', "
+                                          r"'vllm'\]"):
+        resolve(cfg)
+
+
 def test_why_a_folder_was_not_served(summaries) -> None:
     from floorgap.reports.check import build_check
 
@@ -350,6 +386,44 @@ def test_the_stage_writes_the_page_and_the_summary(summaries, tmp_path) -> None:
     assert not out2.exists() or not any(out2.iterdir())
 
 
+def test_the_stage_reads_the_replayed_rounds_of_the_served_folders(summaries, tmp_path) -> None:
+    """check_report with a vLLM-like replay record (rounds) and an SGLang-like one (none)."""
+    from dataclasses import asdict
+
+    from floorgap.probes.serving_replay import ReplayRound
+    from floorgap.records import write_table
+    from floorgap.stages._cli import run_stage
+    from floorgap.stages.check_report import build_parser, main
+
+    rounds = [ReplayRound(target="t", system="mine", task=task, row_id=f"{task}:0",
+                          temperature=temp, concurrency=1, round=r, start=1 + 2 * r,
+                          accepted=1, complete=True, p_tok=[0.5, 0.5, 0.5],
+                          q_tok=[0.5, 0.5, 0.5], tv=[0.0, 1.0, 0.0] if temp == 0 else [0.5] * 3,
+                          lossless_score=math.nan if temp == 0 else 0.1,
+                          lossless_var=math.nan if temp == 0 else 1.0)
+              for task in ("a", "b") for temp in (0.0, 1.0) for r in range(3)]
+    mine, other = tmp_path / "mine.parquet", tmp_path / "other.parquet"
+    write_table(mine, pd.DataFrame([asdict(r) for r in rounds]),
+                {"system": "mine", "engine": "vllm", "replayed_with": "/w/final.pt"})
+    write_table(other, pd.DataFrame(columns=list(asdict(rounds[0]))),
+                {"system": "other", "engine": "sglang",
+                 "note": "the engine reports no per-round counts"})
+    spec = {**check_spec(drafters=("mine", "other"), pairs=(("mine", "other"),)),
+            "served": ["mine", "other"], "engine": "vllm", "tasks": ["a", "b"],
+            "bootstrap": 20, "seed": 1}
+    out = tmp_path / "c"
+    args = ["--spec", json.dumps(spec), "--gaps", str(summaries[0]), "--floors",
+            str(summaries[1]), "--out-html", str(out / "index.html"), "--out-md",
+            str(out / "summary.md")]
+    assert run_stage(main, build_parser(), [*args, "--replay", str(mine), str(other)]) == 0
+    md = (out / "summary.md").read_text()
+    assert "mine in vllm, replayed with /w/final.pt: " in md
+    assert "100% of 6 rounds reproduced at T = 0" in md   # each greedy round accepts 1, as replayed
+    assert "other in sglang: the engine reports no per-round counts" in md
+    # a served folder without its record is refused by name
+    assert run_stage(main, build_parser(), [*args, "--replay", str(mine)]) == 2
+
+
 # ------------------------------------------------------------------ floorgap check
 
 
@@ -440,12 +514,13 @@ def test_a_reference_per_folder_reaches_the_check_entry(folders, checkout, monke
     a, b = str(folders["Draft_A"]), str(folders["draft-b"])
     assert cli.main(["check", a, b, "--reference", "results/t/drafters/v/final.pt",
                      "--reference", "-", "--report", "pair", "--no-serve", "--serve-rows", "3",
-                     "--dry-run"]) == 0
+                     "--engine", "vllm", "--dry-run"]) == 0
     overlay = yaml.safe_load((checkout / "results" / "check" / "pair.yaml").read_text())
     assert overlay["check"]["pair"]["references"] == {
         "draft_a": "results/t/drafters/v/final.pt"}
     assert overlay["check"]["pair"]["serve"] is False
     assert overlay["check"]["pair"]["serve_rows"] == 3
+    assert overlay["check"]["pair"]["engine"] == "vllm"
     base = yaml.safe_load((checkout / "config.yaml").read_text())
     spec = resolve({**base, **overlay})
     assert spec.fidelity_files("pair") == ["results/check/pair/fidelity/draft_a.json"]

@@ -464,6 +464,9 @@ def check_parser() -> argparse.ArgumentParser:
                              "has a serving section)")
     parser.add_argument("--serve-rows", type=int, default=None, metavar="N",
                         help="rows per serving task each folder is served on (default 1)")
+    parser.add_argument("--engine", choices=["vllm", "sglang"], default=None,
+                        help="the engine the folders are served in (default: the config's "
+                             "serving.engine); only vLLM's rounds can be replayed")
     _workflow_options(parser)
     return parser
 
@@ -517,6 +520,8 @@ def _check_plan(args: argparse.Namespace, argv: Sequence[str]
         overlay["check"][report]["references"] = references
     if args.serve is not None:
         overlay["check"][report]["serve"] = args.serve
+    if args.engine is not None:
+        overlay["check"][report]["engine"] = args.engine
     if args.serve_rows is not None:
         if args.serve_rows < 1:
             raise DecomposeError(f"--serve-rows {args.serve_rows}: give at least 1 row per task")

@@ -50,6 +50,9 @@ NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 DECOMPOSITION_EXTS = ("csv", "tex", "md")
 #: The folder layouts the engines serve (vLLM's and SGLang's dflash and dspark methods).
 SERVED_FORMATS = ("dflash", "dspark")
+#: Each engine's environment as envs/install.sh builds it (a check's engine other than the
+#: serving section's runs from here unless the check names its python).
+ENGINE_PYTHONS = {"vllm": ".venv-serving/bin/python", "sglang": ".venv-sglang/bin/python"}
 #: The files of one check (``floorgap check``): the page a person reads and its summary.
 CHECK_FILES = ("index.html", "summary.md")
 
@@ -529,6 +532,15 @@ class WorkflowSpec:
         return max(int(e.get("serve_rows", 1)) for e in self.checks.values()
                    if drafter in e["drafters"])
 
+    def check_engine(self, drafter: str) -> dict[str, str]:
+        """The engine and interpreter a checked drafter is served with: its check's ``engine``
+        (and ``python``), else the serving section's."""
+        serving = self.serving or {}
+        entry = next(e for e in self.checks.values() if drafter in e["drafters"])
+        engine = str(entry.get("engine") or serving["engine"])
+        default = serving["python"] if engine == serving["engine"] else ENGINE_PYTHONS[engine]
+        return {"engine": engine, "python": str(entry.get("python") or default)}
+
     def check_reference(self, drafter: str) -> str | None:
         """The weights a checked drafter's folder was exported from, where a check names them:
         its served rounds are replayed with those (else with floorgap's import of the folder)."""
@@ -600,8 +612,9 @@ class WorkflowSpec:
         serving.update(port=self.serving_port(system),
                        max_model_len=int(serving.get("max_model_len", 4096)))
         if system in self.check_systems and system not in serving["systems"]:
-            # a check serves a few rows per task, one request in flight
-            serving.update(rows_per_task=self.check_serve_rows(system), concurrency=[1])
+            # a check serves a few rows per task, one request in flight, in its own engine
+            serving.update(rows_per_task=self.check_serve_rows(system), concurrency=[1],
+                           **self.check_engine(system))
         return {"target": self.target(target), "system": self.serving_system(system),
                 "serving": {k: v for k, v in serving.items()
                             if k not in ("systems", "tasks", "published")},
@@ -866,6 +879,21 @@ def _check_checks(spec: WorkflowSpec) -> None:
         if entry.get("serve") and spec.serving is None:
             raise ConfigError(f"check.{name}.serve is on, but the config has no serving section "
                               "(the engine, its python and the tasks); add one or drop serve")
+        for d in spec.check_served(name):
+            engines = {str(e.get("engine") or spec.serving["engine"])
+                       for e in spec.checks.values() if d in e["drafters"]}
+            if len(engines) > 1:
+                raise ConfigError(f"the checks name {d} with the engines {sorted(engines)}; a "
+                                  "folder is served in one engine (its serving records are "
+                                  "shared): check it in one engine, or give it two names")
+        served = spec.check_served(name)
+        target = spec.check_target(name)
+        device = str(spec.config["targets"].get(target, {}).get("device", ""))
+        if served and spec.check_engine(served[0])["engine"] == "sglang" \
+                and not device.startswith("cuda"):
+            raise ConfigError(f"check.{name} serves in sglang, which runs on CUDA only, but its "
+                              f"target {target} is on {device}; serve in vllm (--engine vllm) "
+                              "or check on a CUDA target")
         target = spec.check_target(name)
         if target not in spec.targets or spec.scope(target) != "full":
             raise ConfigError(f"check.{name}.target {target!r} is not a target of scope full "

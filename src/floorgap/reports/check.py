@@ -117,6 +117,8 @@ class ServedCheck:
     replayed_with: str
     by_temperature: Mapping[float, Mapping[str, Any]]
     first_divergent: Mapping[str, Any] | None = None
+    #: why there is no replayed round (an engine that reports per-request totals only)
+    note: str = ""
 
     def at(self, hot: bool) -> tuple[float, Mapping[str, Any]] | None:
         """(temperature, statistics) of the first temperature above 0 (``hot``) or at 0."""
@@ -262,6 +264,10 @@ def engine_verdict(name: str, served: ServedCheck | None, why_not: str) -> Verdi
     the folder was not served."""
     if served is None:
         return Verdict("engine", f"{name} was not served: {why_not}")
+    if not served.by_temperature:
+        return Verdict("engine", f"the served rounds cannot tell whether the engine serves what "
+                       f"the weights predict: {name} in {served.engine}: {served.note}; serve "
+                       "in vllm (--engine vllm), which reports every round's accepted drafts")
     hot, cold = served.at(True), served.at(False)
     parts, bad = [], []
     if hot is not None:

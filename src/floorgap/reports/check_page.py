@@ -187,7 +187,7 @@ def to_markdown(report: CheckReport) -> str:
         lines += ["", f"## {d.drafter} ({d.kind or 'drafter'}, order {d.order})", "",
                   f"tau (offline accepted length) = {_tau_text(d, report.level)}",
                   "", *_markdown_table(header, rows)]
-        if c.served is not None:
+        if c.served is not None and c.served.by_temperature:
             lines += ["", f"Served in {c.served.engine}, every round replayed with "
                       f"{c.served.replayed_with}:", "", *_markdown_table(*_served_table(c))]
     return "\n".join(lines) + "\n"
@@ -256,7 +256,8 @@ def to_html(report: CheckReport) -> str:
                  "png": drafter_figure(c), "table": _table_html(*_drafter_table(c)),
                  **({"served_png": served_figure(c), "engine": c.served.engine,
                      "replayed_with": c.served.replayed_with,
-                     "served_table": _table_html(*_served_table(c))} if c.served else {})}
+                     "served_table": _table_html(*_served_table(c))}
+                    if c.served is not None and c.served.by_temperature else {})}
                 for c in report.drafters]
     env = jinja2.Environment(autoescape=True)
     page = env.from_string(_PAGE)

@@ -47,16 +47,19 @@ def served_checks(paths: list[Path], spec: dict, logger: logging.Logger) -> dict
     out = {}
     for path in paths:
         meta = read_metadata(path)
+        name = str(meta["system"])
         rounds = load_rounds([path])
         if rounds is None:
-            raise StageError(f"{path} holds no replayed round ({meta.get('note', 'empty')}); "
-                             "the check's served part needs an engine that reports per-round "
-                             "counts (vLLM)")
+            # SGLang reports per-request totals only: nothing to replay
+            out[name] = ServedCheck(engine=str(meta.get("engine")), replayed_with="",
+                                    by_temperature={},
+                                    note=str(meta.get("note") or "no replayed round"))
+            logger.warning("%s: %s", path, out[name].note)
+            continue
         stats = served_check(rounds, tasks=list(spec.get("tasks") or
                                                 dict.fromkeys(rounds["task"])),
                              n_boot=int(spec["bootstrap"]), level=float(spec["level"]),
                              seed=int(spec["seed"]))
-        name = str(meta["system"])
         out[name] = ServedCheck(engine=str(meta.get("engine")),
                                 replayed_with=str(meta.get("replayed_with",
                                                            meta.get("drafter_dir"))), **stats)
