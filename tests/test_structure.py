@@ -255,3 +255,46 @@ def test_summary_only_report_modules_load_without_torch() -> None:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip() == "[]", res.stdout
+
+
+# ------------------------------------------------------------------ code nothing uses
+
+
+def unused_code(paths: list[Path]) -> list[str]:
+    """What vulture finds unused in ``paths`` (at 60% confidence and above), given that the
+    workflow's rule files, the tests and the reviewed whitelist (tests/unused_whitelist.py) use
+    names too. A name that appears anywhere in the rule files counts as used there (they call
+    the config's specs and the stages by name)."""
+    import keyword
+    import re
+    import tempfile
+
+    import vulture
+
+    repo = SRC.parents[1]
+    words: set[str] = set()
+    for rule in [repo / "Snakefile", *sorted((repo / "workflow").rglob("*.smk")),
+                 *sorted((repo / "workflow").rglob("*.py"))]:
+        words |= set(re.findall(r"\b[A-Za-z_]\w*\b", rule.read_text()))
+    with tempfile.TemporaryDirectory() as tmp:
+        rules = Path(tmp) / "rule_names.py"
+        rules.write_text("".join(f"_.{w}\n" for w in sorted(words) if not keyword.iskeyword(w)))
+        v = vulture.Vulture()
+        v.scavenge([str(p) for p in paths] + [str(repo / "tests"), str(rules)])
+        roots = [p.resolve() for p in paths]
+        return [f"{item.filename}:{item.first_lineno}: {item.message}"
+                for item in v.get_unused_code(min_confidence=60)
+                if any(Path(item.filename).resolve().is_relative_to(r) for r in roots)]
+
+
+def test_no_code_that_nothing_uses() -> None:
+    assert unused_code([SRC]) == []
+
+
+def test_the_unused_code_check_finds_a_function_nothing_calls(tmp_path) -> None:
+    module = tmp_path / "module.py"
+    module.write_text("def used():\n    return 1\n\n\ndef forgotten():\n    return 2\n\n\n"
+                      "print(used())\n")
+    found = unused_code([module])
+    assert len(found) == 1 and "unused function 'forgotten'" in found[0]
+

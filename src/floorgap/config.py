@@ -250,8 +250,12 @@ class WorkflowSpec:
         return list(dict.fromkeys([self.roles["order0"], self.roles["order1"]]))
 
     def scope(self, target: str) -> str:
-        """What ``target`` runs (TARGET_SCOPES); the primary target is always ``full``."""
-        return str(self.config["targets"][target].get("scope", "full"))
+        """What ``target`` runs (one of TARGET_SCOPES); the primary target is always
+        ``full``."""
+        scope = str(self.config["targets"][target].get("scope", "full"))
+        if scope not in TARGET_SCOPES:
+            raise ConfigError(f"targets.{target}.scope {scope!r} is none of {TARGET_SCOPES}")
+        return scope
 
     def settings(self, target: str) -> dict[str, Any]:
         """The config as ``target`` sees it: its ``settings`` merged over the shared sections."""

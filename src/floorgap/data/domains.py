@@ -104,10 +104,6 @@ DOMAINS: dict[str, Domain] = {d.name: d for d in [
            "LiveCodeBench"),
 ]}
 
-# The serving benchmark's nine tasks in the paper's order (Table 9).
-SERVING_TASKS = ("gsm8k", "math-500", "aime25", "humaneval", "mbpp", "livecodebench",
-                 "mt-bench", "alpaca", "arena-hard")
-
 FLOOR_DOMAINS = tuple(n for n, d in DOMAINS.items() if d.role == "floor")
 SERVING_DOMAINS = tuple(n for n, d in DOMAINS.items() if d.role == "serving")
 

@@ -65,8 +65,6 @@ from floorgap.seeds import derive_seed
 log = logging.getLogger("floorgap.drafter_data")
 
 FORMAT = 2
-TENSOR_KEYS = ("tokens", "seq_offsets", "seq_prompt_len", "pos_offsets", "target_ids",
-               "target_vals")
 
 
 def response_seed(seed: int, prompt_id: str) -> int:

@@ -39,8 +39,6 @@ __all__ = ["figE_drafter_learning", "tableE_drafter_budget", "study_runs"]
 
 #: The first-slot risk the study's extrapolation aims at (the drafter-convergence target).
 TARGET_RISK_FIRST = 0.50
-#: The settings that make a recipe (everything but the amount of data and of training).
-RECIPE_KEYS = ("kind", "layers", "objective", "init", "vocab", "mask")
 
 
 def _risk_statistic(s: GapSummary, label: str) -> str:
