@@ -4,31 +4,6 @@
 # gap half) as its only params, so a plotting change reruns the figure rules and nothing upstream.
 REPORT_PLUGINS = list(config.get("report", {}).get("plugins", []))
 ITEMS = report_items(REPORT_PLUGINS)
-# What each kind of item reads, as KEY -> file (the item function's `inputs`).
-READS = {
-    "floors": {"summary": f"results/{W.primary}/floors/summary.parquet"},
-    "gaps": {"summary": f"results/{W.primary}/gaps/summary.parquet"},
-    # tables 10 and 13 also show the served tau of the variants the serving benchmark served
-    "gaps_trajectory": {"summary": f"results/{W.primary}/gaps/trajectory.parquet",
-                        "served": f"results/{W.primary}/serving_summary/summary.parquet"},
-    "gaps_components": {"summary": f"results/{W.primary}/gaps/components.parquet",
-                        "served": f"results/{W.primary}/serving_summary/summary.parquet"},
-    # the budget study also reads each study drafter's training log (blocks per epoch)
-    "gaps_budget": {"summary": f"results/{W.primary}/gaps/budget.parquet",
-                    **{f"log_{v}": f"results/{W.primary}/drafters/{v}/train_log.jsonl"
-                       for v in W.budget_variants + W.budget_arms}},
-    "mi": {d: f"results/{W.primary}/mi/{d}.parquet" for d in W.domains},
-    "serving": {"summary": f"results/{W.primary}/serving_summary/summary.parquet"},
-    "api_floors": {"summary": f"results/{W.primary}/api_floors/api/summary.parquet"},
-    # App. C.2: the second engine's reads beside the rollouts' full-vocabulary floors
-    "replication": {"replication": f"results/{W.primary}/api_floors/replication/floors.parquet",
-                    "anchor_slot": f"results/{W.primary}/floors/anchor_slot.parquet"},
-    "floor_variants": {v: f"results/{W.primary}/floor_variants/{v}_summary.parquet"
-                       for v in W.FLOOR_VARIANTS},
-    # Fig. 5 compares the targets: every target's gaps summary
-    "cross_target": {f"gaps_{t}": f"results/{t}/gaps/summary.parquet" for t in W.targets},
-    "notation": {},
-}
 
 
 def item_outputs(item):
@@ -48,7 +23,7 @@ for _item in ITEMS.values():
         name:
             _item.name
         input:
-            **READS[_item.reads],
+            **W.report_inputs(_item.reads),
         output:
             **item_outputs(_item),
         params:

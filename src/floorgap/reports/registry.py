@@ -19,18 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from floorgap.config import REPORT_SUMMARIES
 from floorgap.errors import StageError
 
-#: What an item reads, by the analysis table that feeds it (the primary target's):
-#: ``floors`` floors/summary.parquet; ``gaps`` gaps/summary.parquet; ``gaps_trajectory`` and
-#: ``gaps_components`` the other two gaps summaries; ``mi`` one mi/<domain>.parquet per domain;
-#: ``serving`` serving_summary/summary.parquet; ``api_floors`` api_floors/api/summary.parquet;
-#: ``replication`` api_floors/replication/floors.parquet and floors/anchor_slot.parquet;
-#: ``floor_variants`` floor_variants/<variant>_summary.parquet by variant; ``cross_target`` every
-#: target's gaps/summary.parquet (``gaps_<target>``); ``notation`` nothing
-#: (the notation module).
-READS = ("floors", "gaps", "gaps_trajectory", "gaps_components", "gaps_budget", "mi", "serving",
-         "api_floors", "replication", "floor_variants", "cross_target", "notation")
+#: What an item reads: a kind of summary of :data:`floorgap.config.REPORT_SUMMARIES`, which
+#: names its files and its options (the report rules and their specs follow from it).
+READS = tuple(REPORT_SUMMARIES)
 
 Item = Callable[[Mapping[str, Path], Mapping[str, Any], Path], dict[str, str]]
 
