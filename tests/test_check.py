@@ -79,6 +79,8 @@ def test_a_check_serves_its_engine_folders_after_the_configured_systems() -> Non
                                    "references": {"mine": "/w/final.pt"}}})
     cfg["decompose"]["other"]["checkpoint"]["format"] = "speculators"
     cfg["decompose"]["other"]["kind"] = "dspark"
+    for target in cfg["targets"].values():   # on a GPU, where both engine methods run
+        target["device"] = "cuda"
     spec = resolve(cfg)
     t = spec.primary
     # the speculators layout is no engine's: not served
@@ -293,13 +295,30 @@ def test_a_check_serves_in_its_own_engine() -> None:
 def test_why_a_folder_was_not_served(summaries) -> None:
     from floorgap.reports.check import build_check
 
-    spec = {**check_spec(drafters=("mine",), pairs=()), "served": [], "engine": "vllm"}
-    spec["drafters"][0]["entry"]["checkpoint"] = {"format": "speculators", "path": "/m"}
+    spec = {**check_spec(drafters=("mine",), pairs=()), "served": [], "engine": "vllm",
+            "not_served": {"mine": "its folder is in the speculators layout; the engines load "
+                                   "dflash and dspark folders"}}
     text = build_check(*summaries, spec).drafters[0].verdicts[1].text
     assert "mine was not served: its folder is in the speculators layout" in text
-    spec["drafters"][0]["entry"]["checkpoint"]["format"] = "dflash"
-    text = build_check(*summaries, spec).drafters[0].verdicts[1].text
-    assert "mine was not served: the check does not serve (--no-serve)" in text
+
+
+def test_the_config_says_why_a_folder_is_not_served() -> None:
+    cfg = smoke_with_checks({"c": {"drafters": ["mine", "theirs", "other"]}})
+    cfg["decompose"]["other"]["checkpoint"]["format"] = "speculators"
+    cfg["decompose"]["other"]["kind"] = "dspark"
+    spec = resolve(cfg)
+    # the smoke target is on the CPU: vLLM's CPU build has no DSpark runner
+    why = spec.check_not_served("c")
+    assert spec.check_served("c") == ["mine"] and set(why) == {"theirs", "other"}
+    assert why["theirs"].startswith("vLLM's CPU build has no DSpark runner")
+    assert why["other"].startswith("its folder is in the speculators layout")
+    assert spec.check_spec("c")["not_served"] == why
+    for t in cfg["targets"].values():
+        t["device"] = "cuda"
+    assert resolve(cfg).check_served("c") == ["mine", "theirs"]
+    cfg["check"]["c"]["serve"] = False
+    assert set(resolve(cfg).check_not_served("c").values()) == {
+        "the check does not serve (--no-serve)"}
 
 
 def test_comparisons_are_the_paired_differences_with_their_intervals(summaries) -> None:

@@ -491,7 +491,7 @@ class WorkflowSpec:
                              for d in drafters],
                 "pairs": pairs, "level": self.config["analysis"]["level"],
                 "references": dict(entry.get("references") or {}),
-                "served": self.check_served(name),
+                "served": self.check_served(name), "not_served": self.check_not_served(name),
                 "engine": (self.serving or {}).get("engine"),
                 "tasks": list((self.serving or {}).get("tasks", [])),
                 "bootstrap": self.config["analysis"]["bootstrap"], "seed": self.config["seed"],
@@ -515,15 +515,35 @@ class WorkflowSpec:
                 "law": self.config["evaluation_law"], "gamma": self.config["anchors"]["gamma"],
                 "anchors_per_domain": int(entry.get("fidelity_anchors", 4))}
 
-    def check_served(self, name: str) -> list[str]:
-        """The drafters of check ``name`` it serves: those whose folder is in a layout the
-        engines load (dflash, dspark), when the check serves (``serve``, by default where the
-        config has a serving section)."""
+    def check_not_served(self, name: str) -> dict[str, str]:
+        """Why a drafter of check ``name`` is not served, by drafter (the others are served):
+        the check does not serve (``serve: false``, or no serving section), the folder is in a
+        layout no engine loads, or the engine cannot run its method where the target runs."""
         entry = self.checks[name]
-        if not entry.get("serve", self.serving is not None) or self.serving is None:
-            return []
-        folders = {d: self.variant_entry(d)["checkpoint"] for d in entry["drafters"]}
-        return [d for d, c in folders.items() if c["format"] in SERVED_FORMATS and "path" in c]
+        if self.serving is None:
+            return {d: "the config has no serving section (the engine, its python and the "
+                       "tasks)" for d in entry["drafters"]}
+        if not entry.get("serve", True):
+            return {d: "the check does not serve (--no-serve)" for d in entry["drafters"]}
+        device = str(self.config["targets"][self.check_target(name)]["device"])
+        why = {}
+        for d in entry["drafters"]:
+            ckpt = self.variant_entry(d)["checkpoint"]
+            if ckpt["format"] not in SERVED_FORMATS:
+                why[d] = (f"its folder is in the {ckpt['format']} layout; the engines load "
+                          f"{' and '.join(SERVED_FORMATS)} folders")
+            elif "path" not in ckpt:
+                why[d] = "its checkpoint is a hub id; the check serves local folders"
+            elif ckpt["format"] == "dspark" and self.check_engine(d)["engine"] == "vllm" \
+                    and not device.startswith("cuda"):
+                why[d] = ("vLLM's CPU build has no DSpark runner (its V1 model runner does "
+                          "not support dspark, the V2 one needs Triton); serve on a CUDA target")
+        return why
+
+    def check_served(self, name: str) -> list[str]:
+        """The drafters of check ``name`` it serves (see :meth:`check_not_served`)."""
+        why = self.check_not_served(name)
+        return [d for d in self.checks[name]["drafters"] if d not in why]
 
     @property
     def check_systems(self) -> list[str]:

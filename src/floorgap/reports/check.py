@@ -400,10 +400,9 @@ def build_check(gaps_path: str | Path, floors_path: str | Path, spec: Mapping[st
 
 
 def _why_not_served(spec: Mapping[str, Any], d: Decomposition) -> str:
-    if not spec.get("engine"):
-        return "the config has no serving section (the engine, its python and the tasks)"
-    entry = next((x.get("entry") or {} for x in spec["drafters"] if x["name"] == d.drafter), {})
-    fmt = (entry.get("checkpoint") or {}).get("format")
-    if spec.get("served") is not None and fmt in ("dflash", "dspark"):
-        return "the check does not serve (--no-serve)"
-    return (f"its folder is in the {fmt} layout; the engines load dflash and dspark folders")
+    """The config's reason (``not_served`` of the check spec), else that there is no engine."""
+    why = (spec.get("not_served") or {}).get(d.drafter)
+    if why:
+        return str(why)
+    return ("the config has no serving section (the engine, its python and the tasks)"
+            if not spec.get("engine") else "the check does not serve it")
