@@ -163,11 +163,17 @@ def _served_table(c: DrafterCheck) -> tuple[list[str], list[list[str]]]:
     for t, st in sorted(c.served.by_temperature.items()):
         (se, sl, su), (oe, ol, ou) = st["tau_served"], st["tau_offline"]
         agree = float(st.get("greedy_agreement", math.nan))
-        rows.append([f"{t:g}", str(int(st["rounds"])), plain_number(se), plain_interval(sl, su),
-                     plain_number(oe), plain_interval(ol, ou), plain_number(st["acceptance_z"], 2),
+        rows.append([f"{t:g}", str(int(st["rounds"])), plain_number(se), _row_interval(sl, su),
+                     plain_number(oe), _row_interval(ol, ou), plain_number(st["acceptance_z"], 2),
                      plain_number(st["lossless_z"], 2),
                      f"{agree:.0%}" if math.isfinite(agree) else "--"])
     return header, rows
+
+
+def _row_interval(lower: float, upper: float) -> str:
+    # the row bootstrap resamples rows within a task: with one row per task (the check's
+    # default) it cannot vary, and no interval is shown
+    return plain_interval(lower, upper) if upper > lower else "--"
 
 
 def _tau_text(d: Decomposition, level: float) -> str:
