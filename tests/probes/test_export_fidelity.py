@@ -139,7 +139,11 @@ def test_a_mismatched_structure_is_refused(target) -> None:
 def test_the_stage_writes_the_comparison_or_the_layout_error(smoke_target, smoke_domain_records,
                                                              tmp_path) -> None:
     """The export_fidelity stage on the smoke target's corpus and anchors: the reference as a
-    final.pt record, a faithful folder and one whose block rows are shifted."""
+    final.pt record, a faithful folder, and one folder with each injected fault: the faithful
+    one reads as its weights, each faulty one is flagged (a layout error, or a mean TV above
+    the check's threshold at some slot)."""
+    from floorgap.reports.check import FIDELITY_TV
+
     from dataclasses import asdict
 
     from floorgap.models.drafters import DrafterConfig, build_drafter
@@ -160,7 +164,7 @@ def test_the_stage_writes_the_comparison_or_the_layout_error(smoke_target, smoke
                 "model": {n: p.detach() for n, p in drafter.named_parameters()
                           if p.requires_grad}}, reference)
     out = {}
-    for fault in ("correct", "rows-shifted"):
+    for fault in FAULTS:
         folder = export_drafter(drafter, tmp_path / fault, "dspark", num_target_layers=2)
         if FAULTS[fault] is not None:
             FAULTS[fault](folder)
@@ -176,3 +180,7 @@ def test_the_stage_writes_the_comparison_or_the_layout_error(smoke_target, smoke
     assert all(s["max_abs_dq"] < 1e-5 for s in good["slots"])
     bad = json.loads(out["rows-shifted"].read_text())
     assert bad["slots"] == [] and "block rows" in bad["error"]
+    for fault in ("wrong-mask-token", "taps-permuted"):
+        record = json.loads(out[fault].read_text())
+        assert record["error"] is not None or max(
+            s["mean_tv"] for s in record["slots"]) > FIDELITY_TV, (fault, record)
