@@ -57,6 +57,7 @@ def test_a_check_compares_its_drafters_pairwise_in_the_decompose_summary() -> No
 @pytest.mark.parametrize(("checks", "needle"), [
     ({"c": {"drafters": ["nope"]}}, r"check.c names \['nope'\], which are not in the decompose"),
     ({"c": {"drafters": ["mine"], "target": "tiny-random-b"}}, "not a target of scope full"),
+    ({"c": {"drafters": ["mine"], "target": "nope"}}, "check.c.target 'nope' is not a target"),
 ])
 def test_bad_checks_are_refused_by_name(checks, needle) -> None:
     with pytest.raises(ConfigError, match=needle):

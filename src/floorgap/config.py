@@ -963,6 +963,11 @@ def _check_checks(spec: WorkflowSpec) -> None:
         if stray:
             raise ConfigError(f"check.{name}.references names {stray}, which the check does not "
                               f"list in drafters ({', '.join(entry['drafters'])})")
+        target = spec.check_target(name)
+        if target not in spec.targets or spec.scope(target) != "full":
+            raise ConfigError(f"check.{name}.target {target!r} is not a target of scope full "
+                              f"({', '.join(t for t in spec.targets if spec.scope(t) == 'full')})"
+                              "; name one of them")
         if entry.get("serve") and spec.serving is None:
             raise ConfigError(f"check.{name}.serve is on, but the config has no serving section "
                               "(the engine, its python and the tasks); add one or drop serve")
@@ -974,18 +979,12 @@ def _check_checks(spec: WorkflowSpec) -> None:
                                   "folder is served in one engine (its serving records are "
                                   "shared): check it in one engine, or give it two names")
         served = spec.check_served(name)
-        target = spec.check_target(name)
-        device = str(spec.config["targets"].get(target, {}).get("device", ""))
+        device = str(spec.config["targets"][target]["device"])
         if served and spec.check_engine(served[0])["engine"] == "sglang" \
                 and not device.startswith("cuda"):
             raise ConfigError(f"check.{name} serves in sglang, which runs on CUDA only, but its "
                               f"target {target} is on {device}; serve in vllm (--engine vllm) "
                               "or check on a CUDA target")
-        target = spec.check_target(name)
-        if target not in spec.targets or spec.scope(target) != "full":
-            raise ConfigError(f"check.{name}.target {target!r} is not a target of scope full "
-                              f"({', '.join(t for t in spec.targets if spec.scope(t) == 'full')})"
-                              "; name one of them")
 
 
 def _check_checkpoints(spec: WorkflowSpec) -> None:
