@@ -271,7 +271,8 @@ def served_check(rounds: pd.DataFrame, *, tasks: Sequence[str], n_boot: int, lev
                 if len(hit) else [float("nan")] * 3
 
         out["by_temperature"][temp] = {
-            "tau_served": pick("tau_matched", "macro"), "tau_offline": pick("tau_offline", "macro"),
+            "tau_served": pick("tau_matched", "macro"),
+            "tau_offline": pick("tau_offline", "macro"),
             **{s: pick(s)[0] for s in ("rounds", "acceptance_z", "lossless_z",
                                        "greedy_agreement", "accepted_observed",
                                        "accepted_expected")}}

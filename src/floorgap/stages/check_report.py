@@ -6,8 +6,8 @@ One check of the config's ``check`` section (see :mod:`floorgap.reports.check`):
 drafters it names (decompose drafters of one target), their floor and model gap by slot beside
 the lookup tables, offline tau, the single-slot best-response gain, the export and served
 checks (export_fidelity records; serving_replay records of the folders it served), the verdict
-lines and, for several drafters, their paired differences; written as a page (``index.html``, figures inline)
-and a markdown summary. The spec is ``WorkflowSpec.check_spec``. ``floorgap check FOLDER ...``
+lines and, for several drafters, their paired differences; written as a page (``index.html``,
+figures inline) and a markdown summary. The spec is ``WorkflowSpec.check_spec``. ``floorgap check FOLDER ...``
 runs the workflow up to this stage.
 """
 
