@@ -579,7 +579,9 @@ def test_the_page_opens_in_a_browser_with_every_figure_and_verdict(summaries, tm
     from floorgap.reports.check import build_check
     from floorgap.reports.check_page import write_check
 
-    report = build_check(*summaries, check_spec())
+    # one drafter served too: its served figure and table are on the page
+    spec = {**check_spec(), "served": ["mine"], "engine": "vllm"}
+    report = build_check(*summaries, spec, served={"mine": served()})
     page = tmp_path / "check" / "index.html"
     write_check(report, page, tmp_path / "check" / "summary.md")
     driver = _browser()
@@ -593,7 +595,8 @@ def test_the_page_opens_in_a_browser_with_every_figure_and_verdict(summaries, tm
     finally:
         driver.quit()
     assert title == f"floorgap check {report.name}"
-    assert len(images) == 4 and all(done and width > 100 for done, width, _ in images), images
+    assert len(images) == 5 and all(done and width > 100 for done, width, _ in images), images
+    assert "served against replayed tau of mine" in [alt for _, _, alt in images]
     assert shown == [v.text for v in report.verdicts]
 
 
