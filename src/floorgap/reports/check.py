@@ -379,7 +379,7 @@ def build_check(gaps_path: str | Path, floors_path: str | Path, spec: Mapping[st
     unserved = sorted(set(spec.get("served") or []) - set(served))
     if unserved:
         raise ValueError(f"no served rounds for {unserved}, which the check serves; pass their "
-                         "serving and serving_replay records (--served-requests, --replay)")
+                         "serving_replay records (--replay)")
     level = float(spec.get("level", 0.95))
     decs = {d["name"]: decompose(gaps_path, floors_path, d["name"],
                                  kind=str((d.get("entry") or {}).get("kind", "")), level=level,
