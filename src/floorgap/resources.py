@@ -166,8 +166,14 @@ def probe_jobs(settings: Mapping[str, Any], target: str, shape: ModelShape, weig
               "logits": _logits(cb, v)}
     td = cfg["drafters"]["training_data"]
     tb = int(td.get("batch_size", cb))
-    seq = int(cfg["corpus"]["max_prompt_tokens"]) + int(td["max_new_tokens"])
+    prompt = int(cfg["corpus"]["max_prompt_tokens"])
+    seq = prompt + int(td["max_new_tokens"])
+    # the prefill keeps every layer's states when it reads tap features, else about two; each
+    # decode step's logits become float32 probabilities and a float64 cumulative sum; the
+    # agreement check's teacher-forced forward reads one sequence's logits
+    states = (shape.layers + 1 if td.get("store_features") else 2) * tb * prompt * shape.hidden
     drafter_data = {"weights": weights, "kv_cache": shape.kv_bytes(seq, tb, b),
+                    "prefill_states": states * b, "step_logits": tb * v * (4 + 4 + 8),
                     "teacher_forced_logits": 2 * seq * v * 4}
     return {"rollouts": rollouts, "mi": mi, "floor_variants": variants,
             "corpus": corpus, "drafter_data": drafter_data,

@@ -306,12 +306,14 @@ def test_a_training_corpus_replaces_the_domains_and_skips_evaluation_texts(smoke
 
 def test_a_killed_drafter_data_job_resumes_to_the_same_record(smoke_domain_records, tmp_path,
                                                              monkeypatch):
-    """Finished response batches are journalled: a job killed in its second batch, rerun,
-    generates only what is missing and writes the record an uninterrupted job writes."""
-    import floorgap.data.corpus as corpus_module
+    """Finished response batches are journalled (tokens in the journal, targets and features
+    in its batch folder): a job killed in its second batch, rerun, decodes only what is missing
+    and writes the record an uninterrupted job writes; both are gone afterwards."""
+    import floorgap.data.drafter_data as data_module
 
     cfg, target, model_dir, corpus, _, _ = smoke_domain_records
-    spec = _data_spec(cfg, target, batch_size=1)
+    spec = dict(_data_spec(cfg, target, batch_size=1),
+                features={"taps": cfg["drafters"]["taps"], "dtype": "float32"})
 
     def run(out):
         return run_stage(data_cli.main, data_cli.build_parser(),
@@ -319,7 +321,7 @@ def test_a_killed_drafter_data_job_resumes_to_the_same_record(smoke_domain_recor
                           str(corpus), "--out", str(out), "--threads", "1"])
 
     assert run(tmp_path / "clean.pt") == 0
-    real, calls = corpus_module.generate_batch, []
+    real, calls = data_module.decode_with_targets, []
 
     def dies_in_the_second_batch(*a, **k):
         calls.append(1)
@@ -327,19 +329,22 @@ def test_a_killed_drafter_data_job_resumes_to_the_same_record(smoke_domain_recor
             raise KeyboardInterrupt("killed")
         return real(*a, **k)
 
-    monkeypatch.setattr(corpus_module, "generate_batch", dies_in_the_second_batch)
+    monkeypatch.setattr(data_module, "decode_with_targets", dies_in_the_second_batch)
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path / "cut.pt")
     journal = tmp_path / "cut.pt.journal.jsonl"
-    assert journal.exists() and not (tmp_path / "cut.pt").exists()
-    monkeypatch.setattr(corpus_module, "generate_batch", real)
+    batches = tmp_path / "cut.pt.journal.jsonl.batches"
+    assert journal.exists() and len(list(batches.iterdir())) == 1
+    assert not (tmp_path / "cut.pt").exists()
+    monkeypatch.setattr(data_module, "decode_with_targets", real)
     assert run(tmp_path / "cut.pt") == 0
     clean, resumed = load_drafter_data(tmp_path / "clean.pt"), load_drafter_data(tmp_path / "cut.pt")
     for key, value in clean.items():
         if isinstance(value, torch.Tensor):
             assert torch.equal(value, resumed[key]), key
     assert clean["seq_prompt_ids"] == resumed["seq_prompt_ids"]
-    assert resumed["metadata"]["resumed_batches"] == 1 and not journal.exists()
+    assert resumed["metadata"]["resumed_batches"] == 1
+    assert not journal.exists() and not batches.exists()
 
 
 def test_more_processes_than_visible_gpus_is_refused_by_name(tmp_path, monkeypatch):

@@ -8,15 +8,17 @@ law, and the top-K target distribution at every slot of the cut blocks. Writes `
 ``corpus``, ``gamma`` and ``seed``.
 
 Resumable: each finished batch of responses (the long part at paper scale) is journalled in
-``--journal`` (default ``OUT`` + ``.journal.jsonl``; not a rule output, so a killed or timed-out
-job keeps it); a rerun generates only the rest with the same batches and so writes the same
-record. The journal is removed once the record is written.
+``--journal`` (default ``OUT`` + ``.journal.jsonl``, its targets and features in the folder
+``<journal>.batches``; neither is a rule output, so a killed or timed-out job keeps them); a
+rerun decodes only the rest with the same batches and so writes the same record. Both are
+removed once the record is written.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 from pathlib import Path
 
 from floorgap.errors import StageError
@@ -38,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     import torch
 
-    from floorgap.data.drafter_data import build_drafter_data
+    from floorgap.data.drafter_data import batch_folder, build_drafter_data
     from floorgap.models.targets import load_target, read_model_info
     from floorgap.records import (Journal, atomic_path, fingerprint, read_metadata, read_table,
                                   sha256_file)
@@ -68,12 +70,17 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     with atomic_path(args.out) as tmp:
         torch.save(data, tmp)
     journal_file.unlink(missing_ok=True)
+    shutil.rmtree(batch_folder(journal_file), ignore_errors=True)
     meta = data["metadata"]
     if meta["resumed_batches"]:
         logger.info("%d response batches read back from the journal of an earlier job",
                     meta["resumed_batches"])
-    logger.info("wrote %s: %d sequences, %d blocks of %d slots, top-%d targets; generation "
-                "%.1f s, target forwards %.1f s", args.out, len(data["seq_prompt_ids"]),
-                sum(c["blocks"] for c in meta["counts"].values()), meta["gamma"], data["target_ids"].shape[-1],
-                meta["seconds"]["generate"], meta["seconds"]["targets"])
-
+    decode = meta["seconds"]["decode"]
+    logger.info("wrote %s: %d sequences, %d blocks of %d slots, top-%d targets", args.out,
+                len(data["seq_prompt_ids"]), sum(c["blocks"] for c in meta["counts"].values()),
+                meta["gamma"], data["target_ids"].shape[-1])
+    if decode:
+        # the stage's pace: response tokens with their targets (and features) per second
+        logger.info("decoded %d response tokens with their targets in %.1f s: %.1f tokens/s",
+                    meta["decoded_response_tokens"], decode,
+                    meta["decoded_response_tokens"] / decode)

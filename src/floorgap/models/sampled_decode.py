@@ -1,0 +1,142 @@
+"""Sampled decoding that reads the target's own law at every step: one pass gives the responses,
+the top-K targets of every response position and the tap features of every token.
+
+A response token is drawn from the logits of the decode step that predicts it; those logits are
+the target's next-token distribution at that position (the same a teacher-forced forward over
+``prompt + response`` reads, to float rounding), so the training targets come from the same
+forward and no second pass over the text is needed. The tap features of a token are the hidden
+states of the forward that consumes it (the prefill for the prompt, the next decode step for a
+response token), so a row stays one step after its last token when features are read.
+
+Rows leave the batch as soon as nothing more is read from them (their key/value cache rows are
+dropped), so a batch of unequal responses costs what its rows need, not its longest row times
+the batch. Each row draws its tokens from its own generator (``generator_for(seed)``), one
+uniform per token, so a response depends on its seed, not on the rows beside it (the batch
+changes it only through float rounding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from floorgap.sampling import SamplingLaw, inverse_cdf_sample, law_topk
+from floorgap.seeds import generator_for
+
+
+@dataclass
+class DecodedRow:
+    """One prompt's response and what the target said along it.
+
+    ``token_ids`` the response (its end-of-sequence token included), ``censored`` whether
+    ``max_new_tokens`` cut it; ``target_ids`` int32 / ``target_vals`` float32 [n, K]: the top-K
+    of the target law's distribution predicting response token j (row j); ``features`` the tap
+    features of every token of ``prompt + response`` [len, n_taps * H], or None."""
+
+    token_ids: list[int]
+    censored: bool
+    target_ids: torch.Tensor
+    target_vals: torch.Tensor
+    features: torch.Tensor | None = None
+
+
+def _left_padded(prompts: Sequence[Sequence[int]], pad_id: int
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids, attention mask, position ids) [B, width] of left-padded prompts."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), int(pad_id), dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
+        mask[i, width - len(p):] = 1
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def _taps(hidden_states: Sequence[torch.Tensor], taps: Sequence[int]) -> torch.Tensor:
+    """Tap t is the output of decoder layer t (``hidden_states[t + 1]``), concatenated."""
+    return torch.cat([hidden_states[t + 1] for t in taps], dim=-1)
+
+
+@torch.inference_mode()
+def decode_with_targets(model: Any, prompts: Sequence[Sequence[int]], seeds: Sequence[int], *,
+                        law: SamplingLaw, target_law: SamplingLaw, top_k: int,
+                        max_new_tokens: int, eos_ids: Sequence[int], pad_id: int,
+                        taps: Sequence[int] | None = None,
+                        features_dtype: torch.dtype = torch.float32) -> list[DecodedRow]:
+    """Sample one response per prompt under ``law`` (row i from ``generator_for(seeds[i])``)
+    and read, at every response position, the top-``top_k`` of ``target_law``'s distribution
+    (module docstring); with ``taps``, the tap features of every token too."""
+    if len(prompts) != len(seeds):
+        raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
+    device = next(model.parameters()).device
+    read_features = taps is not None
+    eos = {int(e) for e in eos_ids}
+    ids, mask, pos = _left_padded(prompts, pad_id)
+    width = ids.shape[1]
+    generators = [generator_for(int(s)) for s in seeds]
+    n = len(prompts)
+    tokens: list[list[int]] = [[] for _ in range(n)]
+    steps: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(n)]
+    feats: list[list[torch.Tensor]] = [[] for _ in range(n)]
+    finished = [False] * n
+
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    mask, pos = mask.to(device), pos.to(device)
+    out = model(input_ids=ids.to(device), attention_mask=mask, position_ids=pos,
+                cache=cache, use_cache=True, output_hidden_states=read_features,
+                logits_to_keep=1)
+    rows = list(range(n))                   # batch position -> prompt index
+    if read_features:
+        f = _taps(out.hidden_states, taps).to("cpu", features_dtype)
+        for b, i in enumerate(rows):
+            feats[i].append(f[b, width - len(prompts[i]):])
+    last = pos[:, -1]
+    while rows:
+        logits = out.logits[:, -1].float()
+        vals, top = law_topk(target_law, logits, top_k)
+        u = torch.stack([torch.rand((), generator=generators[i], dtype=torch.float64)
+                         for i in rows])
+        drawn = inverse_cdf_sample(law.probs(logits), u).cpu()
+        vals, top = vals.cpu(), top.to("cpu", torch.int32)
+        for b, i in enumerate(rows):
+            tok = int(drawn[b])
+            tokens[i].append(tok)
+            steps[i].append((top[b], vals[b]))
+            finished[i] = tok in eos or len(tokens[i]) >= max_new_tokens
+        # a finished row is fed once more only for the features of its last token
+        fed = [b for b, i in enumerate(rows) if read_features or not finished[i]]
+        if not fed:
+            break
+        if len(fed) < len(rows):
+            keep = torch.tensor(fed, device=device)
+            cache.batch_select_indices(keep)
+            mask, last, drawn = mask[keep], last[keep], drawn[fed]
+            rows = [rows[b] for b in fed]
+        mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1)
+        last = last + 1
+        out = model(input_ids=drawn[:, None].to(device), attention_mask=mask,
+                    position_ids=last[:, None], cache=cache, use_cache=True,
+                    output_hidden_states=read_features, logits_to_keep=1)
+        if read_features:
+            f = _taps(out.hidden_states, taps)[:, -1].to("cpu", features_dtype)
+            for b, i in enumerate(rows):
+                feats[i].append(f[b:b + 1])
+        going = [b for b, i in enumerate(rows) if not finished[i]]
+        if len(going) < len(rows):
+            if not going:
+                break
+            keep = torch.tensor(going, device=device)
+            cache.batch_select_indices(keep)
+            mask, last = mask[keep], last[keep]
+            out.logits = out.logits[keep]
+            rows = [rows[b] for b in going]
+    return [DecodedRow(token_ids=tokens[i], censored=tokens[i][-1] not in eos,
+                       target_ids=torch.stack([t for t, _ in steps[i]]),
+                       target_vals=torch.stack([v for _, v in steps[i]]),
+                       features=torch.cat(feats[i]) if read_features else None)
+            for i in range(n)]

@@ -1,0 +1,81 @@
+"""Sampled decoding with the target's law read at every step, against independent methods:
+the tokens against transformers' ``generate`` with the per-row sampler, the targets and
+features against a teacher-forced forward over the finished sequence; on a full-attention
+family and a sliding-window one whose window the prompts exceed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig
+
+from floorgap.data.corpus import generate_batch
+from floorgap.models.drafters import target_features
+from floorgap.models.sampled_decode import decode_with_targets
+from floorgap.sampling import SamplingLaw
+
+SMALL = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+             num_attention_heads=4, num_key_value_heads=2)
+FAMILIES = {
+    "llama": lambda: LlamaConfig(**SMALL),
+    # window 6 < every prompt: the sliding layers' cache is cut while rows decode
+    "gemma3": lambda: Gemma3TextConfig(**SMALL, head_dim=8, sliding_window=6,
+                                       layer_types=["sliding_attention", "full_attention",
+                                                    "sliding_attention"]),
+}
+LAW = SamplingLaw.from_spec({"temperature": 1.0, "top_p": 1.0, "top_k": 0})
+TARGET_LAW = SamplingLaw.from_spec({"temperature": 0.7, "top_p": 1.0, "top_k": 0})
+PROMPTS = [[5, 17, 3, 44, 9, 81, 2], [60, 33, 7, 12, 70, 71, 72, 73, 74, 75, 76],
+           [8, 1, 90, 14, 15, 16, 30, 31], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49]]
+SEEDS = [11, 12, 13, 14]
+TAPS = [0, 2]
+PAD, EOS = 0, 3
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def model(request):
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(FAMILIES[request.param]()).eval()
+
+
+def _decode(model, prompts=PROMPTS, seeds=SEEDS, max_new=12, eos=(EOS,), taps=TAPS):
+    return decode_with_targets(model, prompts, seeds, law=LAW, target_law=TARGET_LAW, top_k=5,
+                               max_new_tokens=max_new, eos_ids=list(eos), pad_id=PAD, taps=taps)
+
+
+def test_the_tokens_are_generates_and_the_targets_a_teacher_forced_forwards(model) -> None:
+    # a frequent end token, so rows end at different steps and leave the batch
+    rows = _decode(model, eos=(EOS, 50, 51, 52, 53, 54, 55, 56, 57))
+    reference = generate_batch(model, PROMPTS, SEEDS, law=LAW, max_new_tokens=12,
+                               eos_ids=[EOS, 50, 51, 52, 53, 54, 55, 56, 57], pad_id=PAD)
+    assert [r.token_ids for r in rows] == [r.token_ids for r in reference]
+    assert [r.censored for r in rows] == [r.censored for r in reference]
+    assert len({len(r.token_ids) for r in rows}) > 1        # rows really left at different steps
+    for prompt, row in zip(PROMPTS, rows):
+        ids = torch.tensor([prompt + row.token_ids])
+        with torch.inference_mode():
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1]
+            feats = target_features(model, ids, torch.ones_like(ids), TAPS)[0]
+        vals, top = TARGET_LAW.probs(logits).topk(5, dim=-1)
+        assert row.target_ids.dtype == torch.int32 and row.target_vals.dtype == torch.float32
+        torch.testing.assert_close(row.target_vals, vals.float(), atol=1e-5, rtol=1e-4)
+        assert torch.equal(row.target_ids.long()[vals > 1e-3], top[vals > 1e-3])
+        assert row.features.shape == (len(prompt) + len(row.token_ids), len(TAPS) * 32)
+        torch.testing.assert_close(row.features, feats, atol=1e-5, rtol=1e-4)
+
+
+def test_a_response_depends_on_its_seed_not_on_its_batch(model) -> None:
+    together = _decode(model, taps=None)
+    alone = [_decode(model, [p], [s], taps=None)[0] for p, s in zip(PROMPTS, SEEDS)]
+    reordered = _decode(model, PROMPTS[::-1], SEEDS[::-1], taps=None)[::-1]
+    for a, b, c in zip(together, alone, reordered):
+        assert a.token_ids == b.token_ids == c.token_ids and a.features is None
+        torch.testing.assert_close(a.target_vals, b.target_vals, atol=1e-5, rtol=1e-4)
+    assert all(r.censored and len(r.token_ids) == 12 for r in together if EOS not in r.token_ids)
+    other = _decode(model, seeds=[s + 100 for s in SEEDS], taps=None)
+    assert [r.token_ids for r in other] != [r.token_ids for r in together]
+
+
+def test_prompts_and_seeds_must_pair(model) -> None:
+    with pytest.raises(ValueError, match="3 prompts but 4 seeds"):
+        _decode(model, PROMPTS[:3], SEEDS)
