@@ -52,6 +52,33 @@ def test_vllm_command_serves_a_dflash_folder_with_per_request_counts() -> None:
     assert spec["draft_sample_method"] == "greedy"
 
 
+def test_a_cpu_engine_gets_the_key_value_cache_its_requests_need(tmp_path) -> None:
+    """Sized from the target's and the drafter's layers, the context length and the requests
+    in flight (not a share of the node's memory, which vLLM's CPU build is slow to set up)."""
+    target, drafter = tmp_path / "t", tmp_path / "d"
+    for folder, layers in ((target, 30), (drafter, 2)):
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(
+            {"num_hidden_layers": layers, "num_attention_heads": 9, "num_key_value_heads": 3,
+             "hidden_size": 576}))
+
+    def kv(**kw) -> int:
+        cmd, _ = engine_command(_spec(target_dir=str(target), max_model_len=2048, **kw))
+        return int(cmd[cmd.index("--kv-cache-memory-bytes") + 1])
+
+    per_token = 2 * 30 * 3 * 64 * 4                      # K and V, 30 layers, 3 heads of 64
+    assert kv() == 2 * per_token * 2048 * 2               # one request in flight, one spare
+    assert kv(max_concurrency=4) == 2 * per_token * 2048 * 5
+    with_drafter = kv(kind="dflash", drafter_dir=str(drafter))
+    assert with_drafter == 2 * per_token * 2048 * 2 * 32 // 30
+    assert kv(kind="target") == 2 * kv()                   # the target drafts for itself
+    assert kv(dtype="bfloat16") == kv() // 2
+    tiny, _ = engine_command(_spec(target_dir=str(tmp_path / "absent")))
+    assert int(tiny[tiny.index("--kv-cache-memory-bytes") + 1]) == 64 * 2 ** 20
+    gpu, _ = engine_command(_spec(device="cuda", target_dir=str(target)))
+    assert "--kv-cache-memory-bytes" not in gpu
+
+
 def test_sglang_command_is_static_verification_on_cuda() -> None:
     cmd, env = engine_command(_spec(engine="sglang", device="cuda", kind="dspark",
                                     drafter_dir="/d"))

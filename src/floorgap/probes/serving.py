@@ -85,6 +85,8 @@ class EngineSpec:
     # the server may run on but one (kept for its scheduler and API), so the server is allowed
     # `threads + 1` of the job's CPUs (None: all of them).
     threads: int | None = None
+    # requests in flight at once (the CPU engine's key/value cache is sized for them)
+    max_concurrency: int = 1
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -128,6 +130,37 @@ def engine_context_length(configured: int, longest_prompt: int, new_tokens: int,
     return max(int(configured), need)
 
 
+#: The smallest key/value cache a CPU engine is given (a tiny model's need rounds up to it).
+CPU_KV_CACHE_MIN_BYTES = 64 * 2 ** 20
+
+
+def _kv_bytes_per_token(folder: str | os.PathLike[str] | None, dtype: str) -> int:
+    """Key/value bytes per token of the decoder in ``folder`` (its ``config.json``), or 0."""
+    config_file = Path(folder) / "config.json" if folder else None
+    if config_file is None or not config_file.exists():
+        return 0
+    from floorgap.resources import DTYPE_BYTES
+
+    config = json.loads(config_file.read_text())
+    text = config.get("text_config") or config
+    layers, heads = int(text["num_hidden_layers"]), int(text["num_attention_heads"])
+    kv_heads = int(text.get("num_key_value_heads") or heads)
+    head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // heads)
+    return 2 * layers * kv_heads * head_dim * DTYPE_BYTES.get(dtype, 4)
+
+
+def cpu_kv_cache_bytes(spec: EngineSpec) -> int:
+    """The key/value cache a CPU engine is started with: room for ``max_concurrency + 1``
+    requests of ``max_model_len`` tokens in the target's and the drafter's layers, doubled for
+    the engine's block rounding. vLLM's CPU build otherwise takes a share of the node's memory
+    and spends ~8 s per GiB setting it up, most of a small model's start."""
+    drafter = spec.target_dir if spec.kind == "target" else spec.drafter_dir
+    per_token = _kv_bytes_per_token(spec.target_dir, spec.dtype) \
+        + _kv_bytes_per_token(drafter, spec.dtype)
+    need = 2 * per_token * spec.max_model_len * (max(1, int(spec.max_concurrency)) + 1)
+    return max(CPU_KV_CACHE_MIN_BYTES, need)
+
+
 def engine_command(spec: EngineSpec) -> tuple[list[str], dict[str, str]]:
     """The engine's server command line and the environment variables it needs."""
     env: dict[str, str] = {}
@@ -141,7 +174,7 @@ def engine_command(spec: EngineSpec) -> tuple[list[str], dict[str, str]]:
             # chunked prefill: for a seeded request whose prefill is split, the 0.32 CPU build
             # rewinds its torch generator with set_offset, which CPU generators lack, and the
             # engine dies ("CPU Generator does not use offset"); whole prefills never rewind.
-            cmd += ["--enforce-eager", "--gpu-memory-utilization", "0.25",
+            cmd += ["--enforce-eager", "--kv-cache-memory-bytes", str(cpu_kv_cache_bytes(spec)),
                     "--no-enable-chunked-prefill", "--max-num-batched-tokens",
                     str(spec.max_model_len)]
         if spec.kind is not None:

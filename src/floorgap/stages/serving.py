@@ -98,7 +98,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
                         port=int(cfg["port"]), max_model_len=max_model_len,
                         startup_timeout_s=float(cfg.get("startup_timeout_s", 900)),
                         draft_sampling=str(cfg.get("draft_sampling", "probabilistic")),
-                        threads=args.threads)
+                        threads=args.threads,
+                        max_concurrency=max(int(c) for c in cfg["concurrency"]))
     logger.info("engine context length %d (longest prompt %d + %d new tokens)", max_model_len,
                 longest, int(cfg["max_tokens"]))
     requests, runs, resumed = serve_runs(engine, spec, rows, args, logger)
