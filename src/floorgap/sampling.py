@@ -67,6 +67,15 @@ def law_topk(law: SamplingLaw, logits: torch.Tensor, k: int) -> tuple[torch.Tens
     return (top - torch.logsumexp(scaled, dim=-1, keepdim=True)).exp(), ids
 
 
+def keyed_draws(law: SamplingLaw, logits: torch.Tensor,
+                generators: list[torch.Generator] | tuple[torch.Generator, ...]) -> torch.Tensor:
+    """One token per row of ``logits`` [B, V] under ``law``: row i takes the next uniform of
+    ``generators[i]`` and the token at that quantile (:func:`inverse_cdf_sample`), so a row's
+    draws depend on its generator only, never on the rows beside it."""
+    u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in generators])
+    return inverse_cdf_sample(law.probs(logits), u)
+
+
 def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """Token at quantile ``uniforms`` (``[B]``, in [0, 1)) of each row of ``probs`` (``[B, V]``):
     the first index whose cumulative mass exceeds ``u * total``. Zero-probability tokens are

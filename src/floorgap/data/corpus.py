@@ -32,7 +32,7 @@ import torch
 from floorgap.errors import StageError
 from floorgap.progress import Timer, iter_batches, progress
 from floorgap.data.domains import Prompt, load_domain, select_prompts
-from floorgap.sampling import SamplingLaw, inverse_cdf_sample
+from floorgap.sampling import SamplingLaw, keyed_draws
 from floorgap.seeds import generator_for
 
 log = logging.getLogger("floorgap.corpus")
@@ -58,9 +58,7 @@ class PerRowLawSampler:
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if scores.shape[0] != len(self.generators):
             raise RuntimeError("batch size changed during generation")
-        u = torch.stack([torch.rand((), generator=g, dtype=torch.float64)
-                         for g in self.generators])
-        tokens = inverse_cdf_sample(self.law.probs(scores), u)
+        tokens = keyed_draws(self.law, scores, self.generators)
         self.draws.append(tokens.cpu())
         out = torch.full_like(scores, -math.inf)
         out.scatter_(1, tokens.unsqueeze(1).to(out.device), 0.0)
@@ -93,12 +91,10 @@ def generate_batch(model: Any, prompt_ids: Sequence[Sequence[int]], seeds: Seque
                    pad_id: int) -> list[Response]:
     """Sample one response per prompt (left-padded batch, KV cache, per-row generators)."""
     device = next(model.parameters()).device
-    width = max(len(p) for p in prompt_ids)
-    ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
-    for i, p in enumerate(prompt_ids):
-        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-        mask[i, width - len(p):] = 1
+    from floorgap.models.sampled_decode import left_padded
+
+    ids, mask, _ = left_padded(prompt_ids, pad_id)
+    width = ids.shape[1]
     sampler = PerRowLawSampler(law, [generator_for(s) for s in seeds])
     eos = [int(e) for e in eos_ids]
     from transformers import LogitsProcessorList

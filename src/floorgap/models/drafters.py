@@ -1069,6 +1069,13 @@ def init_from_target(drafter: Drafter, target_model: nn.Module) -> list[int]:
     return picked
 
 
+def concat_taps(hidden_states: Sequence[Tensor], taps: Sequence[int]) -> Tensor:
+    """The hidden states at ``taps`` concatenated on the last dimension: tap t is the output of
+    decoder layer t (0-based), ``hidden_states[t + 1]`` of a forward with
+    ``output_hidden_states=True``."""
+    return torch.cat([hidden_states[t + 1] for t in taps], dim=-1)
+
+
 @torch.no_grad()
 def target_features(target_model: nn.Module, input_ids: Tensor, attention_mask: Tensor,
                     taps: list[int]) -> Tensor:
@@ -1083,8 +1090,7 @@ def target_features(target_model: nn.Module, input_ids: Tensor, attention_mask: 
     pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos,
                   output_hidden_states=True, use_cache=False)
-    hs = out.hidden_states
-    return torch.cat([hs[t + 1] for t in taps], dim=-1)
+    return concat_taps(out.hidden_states, taps)
 
 
 @torch.no_grad()
@@ -1105,4 +1111,4 @@ def target_features_and_logits(target_model: nn.Module, input_ids: Tensor, taps:
         # layers) has no features there: run every position through every layer
         out = target_model(input_ids=input_ids, output_hidden_states=True, use_cache=False)
         hs, logits = out.hidden_states, out.logits[:, -keep:]
-    return torch.cat([hs[t + 1] for t in taps], dim=-1), logits
+    return concat_taps(hs, taps), logits

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from floorgap.sampling import SamplingLaw, inverse_cdf_sample, law_topk
+from floorgap.sampling import SamplingLaw, keyed_draws, law_topk
 from floorgap.seeds import generator_for
 
 
@@ -43,7 +43,7 @@ class DecodedRow:
     features: torch.Tensor | None = None
 
 
-def _left_padded(prompts: Sequence[Sequence[int]], pad_id: int
+def left_padded(prompts: Sequence[Sequence[int]], pad_id: int
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(ids, attention mask, position ids) [B, width] of left-padded prompts."""
     width = max(len(p) for p in prompts)
@@ -53,11 +53,6 @@ def _left_padded(prompts: Sequence[Sequence[int]], pad_id: int
         ids[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
         mask[i, width - len(p):] = 1
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
-
-
-def _taps(hidden_states: Sequence[torch.Tensor], taps: Sequence[int]) -> torch.Tensor:
-    """Tap t is the output of decoder layer t (``hidden_states[t + 1]``), concatenated."""
-    return torch.cat([hidden_states[t + 1] for t in taps], dim=-1)
 
 
 @torch.inference_mode()
@@ -74,7 +69,7 @@ def decode_with_targets(model: Any, prompts: Sequence[Sequence[int]], seeds: Seq
     device = next(model.parameters()).device
     read_features = taps is not None
     eos = {int(e) for e in eos_ids}
-    ids, mask, pos = _left_padded(prompts, pad_id)
+    ids, mask, pos = left_padded(prompts, pad_id)
     width = ids.shape[1]
     generators = [generator_for(int(s)) for s in seeds]
     n = len(prompts)
@@ -85,23 +80,29 @@ def decode_with_targets(model: Any, prompts: Sequence[Sequence[int]], seeds: Seq
 
     from transformers import DynamicCache
 
+    from floorgap.models.drafters import concat_taps
+
     cache = DynamicCache(config=model.config)
     mask, pos = mask.to(device), pos.to(device)
     out = model(input_ids=ids.to(device), attention_mask=mask, position_ids=pos,
                 cache=cache, use_cache=True, output_hidden_states=read_features,
                 logits_to_keep=1)
     rows = list(range(n))                   # batch position -> prompt index
+
+    def keep_rows(keep: list[int], *tensors: torch.Tensor) -> tuple[Any, ...]:
+        """Keep the batch positions ``keep``: in the cache, the row map and ``tensors``."""
+        cache.batch_select_indices(torch.tensor(keep, device=device))
+        return ([rows[b] for b in keep], *(t[keep] for t in tensors))
+
     if read_features:
-        f = _taps(out.hidden_states, taps).to("cpu", features_dtype)
+        f = concat_taps(out.hidden_states, taps).to("cpu", features_dtype)
         for b, i in enumerate(rows):
             feats[i].append(f[b, width - len(prompts[i]):])
-    last = pos[:, -1]
+    last, logits = pos[:, -1], out.logits[:, -1]
     while rows:
-        logits = out.logits[:, -1].float()
+        logits = logits.float()
         vals, top = law_topk(target_law, logits, top_k)
-        u = torch.stack([torch.rand((), generator=generators[i], dtype=torch.float64)
-                         for i in rows])
-        drawn = inverse_cdf_sample(law.probs(logits), u).cpu()
+        drawn = keyed_draws(law, logits, [generators[i] for i in rows]).cpu()
         vals, top = vals.cpu(), top.to("cpu", torch.int32)
         for b, i in enumerate(rows):
             tok = int(drawn[b])
@@ -113,28 +114,22 @@ def decode_with_targets(model: Any, prompts: Sequence[Sequence[int]], seeds: Seq
         if not fed:
             break
         if len(fed) < len(rows):
-            keep = torch.tensor(fed, device=device)
-            cache.batch_select_indices(keep)
-            mask, last, drawn = mask[keep], last[keep], drawn[fed]
-            rows = [rows[b] for b in fed]
+            rows, mask, last, drawn = keep_rows(fed, mask, last, drawn)
         mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1)
         last = last + 1
         out = model(input_ids=drawn[:, None].to(device), attention_mask=mask,
                     position_ids=last[:, None], cache=cache, use_cache=True,
                     output_hidden_states=read_features, logits_to_keep=1)
         if read_features:
-            f = _taps(out.hidden_states, taps)[:, -1].to("cpu", features_dtype)
+            f = concat_taps(out.hidden_states, taps)[:, -1].to("cpu", features_dtype)
             for b, i in enumerate(rows):
                 feats[i].append(f[b:b + 1])
+        logits = out.logits[:, -1]
         going = [b for b, i in enumerate(rows) if not finished[i]]
+        if not going:
+            break
         if len(going) < len(rows):
-            if not going:
-                break
-            keep = torch.tensor(going, device=device)
-            cache.batch_select_indices(keep)
-            mask, last = mask[keep], last[keep]
-            out.logits = out.logits[keep]
-            rows = [rows[b] for b in going]
+            rows, mask, last, logits = keep_rows(going, mask, last, logits)
     return [DecodedRow(token_ids=tokens[i], censored=tokens[i][-1] not in eos,
                        target_ids=torch.stack([t for t, _ in steps[i]]),
                        target_vals=torch.stack([v for _, v in steps[i]]),
