@@ -216,6 +216,19 @@ def copy_results(run: Path, dest: Path, leave_out: set[str] = frozenset()) -> Pa
     return dest
 
 
+def permute_taps(folder: Path) -> None:
+    """Swap the two halves of an exported DFlash folder's ``fc`` input columns, in place: the
+    taps' features in the wrong order, a fault every engine loads without complaint."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(folder / "model.safetensors"))
+    fc = tensors["fc.weight"]
+    half = fc.shape[1] // 2
+    tensors["fc.weight"] = torch.cat([fc[:, half:], fc[:, :half]], dim=1).contiguous()
+    save_file(tensors, str(folder / "model.safetensors"))
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """How many of the package's modules this run imported in its own process (a module only
     a subprocess imports is not counted), and which were not."""

@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO, copy_results, snakemake_env
+from conftest import REPO, copy_results, permute_taps, snakemake_env
 
 # reads the shared smoke DAG (conftest.smoke_run), which the first test to ask builds
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(3600)]
@@ -100,16 +100,9 @@ def test_decompose_command_runs_the_workflow(smoke_target, smoke_run, tmp_path: 
 
 
 def _permute_taps(export: Path, dest: Path) -> Path:
-    """A copy of an exported DFlash folder with the two halves of the fc input columns swapped:
-    the taps' features in the wrong order, a fault every engine loads without complaint."""
-    from safetensors.torch import load_file, save_file
-
+    """A copy of an exported DFlash folder with its taps' columns permuted (conftest)."""
     shutil.copytree(export, dest)
-    tensors = load_file(str(dest / "model.safetensors"))
-    fc = tensors["fc.weight"]
-    half = fc.shape[1] // 2
-    tensors["fc.weight"] = torch.cat([fc[:, half:], fc[:, :half]], dim=1).contiguous()
-    save_file(tensors, str(dest / "model.safetensors"))
+    permute_taps(dest)
     return dest
 
 

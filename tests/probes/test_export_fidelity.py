@@ -12,6 +12,8 @@ import torch
 
 from floorgap.sampling import SamplingLaw
 
+from conftest import permute_taps
+
 LAW = SamplingLaw(temperature=1.0, top_p=1.0, top_k=0)
 #: A mean TV(q_ref, q) above this at some slot is a fault (the report's threshold).
 TOLERANCE = 0.01
@@ -65,21 +67,11 @@ def _wrong_mask(cfg: dict) -> None:
             where["mask_token_id"] = int(where["mask_token_id"]) - 1
 
 
-def _permute_taps(folder: Path) -> None:
-    from safetensors.torch import load_file, save_file
-
-    tensors = load_file(str(folder / "model.safetensors"))
-    fc = tensors["fc.weight"]
-    half = fc.shape[1] // 2
-    tensors["fc.weight"] = torch.cat([fc[:, half:], fc[:, :half]], dim=1).contiguous()
-    save_file(tensors, str(folder / "model.safetensors"))
-
-
 FAULTS = {
     "correct": None,
     "rows-shifted": lambda f: _edit_config(f, _shift_rows),
     "wrong-mask-token": lambda f: _edit_config(f, _wrong_mask),
-    "taps-permuted": _permute_taps,
+    "taps-permuted": permute_taps,
 }
 
 

@@ -226,8 +226,7 @@ def summarise_replay(rounds: pd.DataFrame, *, n_boot: int, level: float, seed: i
                       ("lossless_z", lossless_z(torch.tensor(every["lossless_score"].tolist()),
                                                 torch.tensor(every["lossless_var"].tolist())))]
         else:
-            agree = torch.cat([tv == 0, torch.zeros((len(sub), 1), dtype=torch.bool)], 1)
-            predicted = agree.long().argmin(1)          # the first slot whose argmaxes differ
+            predicted = torch.tensor([greedy_accepts(t) for t in sub["tv"]])
             stats.append(("greedy_agreement", float((predicted == accepted).double().mean())))
         for stat, value in stats:
             rows.append({"statistic": stat, "system": system, "task": "all",
