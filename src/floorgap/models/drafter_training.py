@@ -183,6 +183,31 @@ def train_config(spec: Mapping[str, Any], checkpoint_dir: Path, device: str) -> 
                        autocast_dtype=tr.get("autocast"))
 
 
+def budget_sequences(block_seq: Any, n_seq: int, seed: int,
+                     sequences: Sequence[int] | None = None, max_blocks: int | None = None
+                     ) -> Any:
+    """The sequences a block budget trains on: a seeded order of ``sequences`` (default all
+    ``n_seq``), cut after the first whole sequences that hold at least ``max_blocks`` blocks
+    (``block_seq``: the sequence of every block, :func:`floorgap.data.drafter_data.block_index`).
+    The order does not depend on the budget, so smaller budgets are subsets of larger ones;
+    drafters and lookup tables of one budget get the same sequences."""
+    import torch
+
+    from floorgap.seeds import derive_seed, generator_for
+
+    order = torch.randperm(n_seq, generator=generator_for(derive_seed(seed, "budget")))
+    if sequences is not None:
+        pool = torch.zeros(n_seq, dtype=torch.bool)
+        pool[torch.as_tensor(list(sequences), dtype=torch.long)] = True
+        order = order[pool[order]]
+        if len(order) == 0:
+            raise StageError("no training sequence is left outside the held-out share")
+    if max_blocks is None:
+        return order
+    counts = torch.bincount(block_seq, minlength=n_seq)
+    return order[:int((counts[order].cumsum(0) < max_blocks).sum()) + 1]
+
+
 class BlockExamples:
     """Every block of a training record (floorgap.data.drafter_data), with the target's tap
     features (stored in the record, or computed once per sequence) held in memory in the
@@ -206,7 +231,6 @@ class BlockExamples:
         import torch
 
         from floorgap.data.drafter_data import block_index
-        from floorgap.seeds import derive_seed, generator_for
 
         self.data, self.target, self.taps, self.gamma = data, target_model, list(taps), gamma
         self.autocast = autocast  # the training precision; the features follow it
@@ -218,18 +242,7 @@ class BlockExamples:
         if int(ctx.min()) < 2:
             raise StageError("a training block has an empty committed prefix")
         n_seq = int(data["seq_prompt_len"].shape[0])
-        order = torch.randperm(n_seq, generator=generator_for(derive_seed(seed, "budget")))
-        if sequences is not None:
-            pool = torch.zeros(n_seq, dtype=torch.bool)
-            pool[torch.as_tensor(list(sequences), dtype=torch.long)] = True
-            order = order[pool[order]]
-            if len(order) == 0:
-                raise StageError("no training sequence is left outside the held-out share")
-        counts = torch.bincount(seq, minlength=n_seq)
-        keep = order
-        if max_blocks is not None:
-            upto = int((counts[order].cumsum(0) < max_blocks).sum()) + 1
-            keep = order[:upto]
+        keep = budget_sequences(seq, n_seq, seed, sequences, max_blocks)
         chosen = torch.zeros(n_seq, dtype=torch.bool)
         chosen[keep] = True
         sel = chosen[seq]
@@ -443,21 +456,39 @@ def fit_lookup_variant(spec: Mapping[str, Any], data_path: Path, logger: logging
     training sequences of the record at ``data_path``, its smoothing chosen on the held-out
     ones (the drafters' split), with the record's SHA-256 as provenance."""
     from floorgap.data.drafter_data import load_drafter_data
-    from floorgap.models.lookup import fit_lookup
+    from floorgap.models.lookup import fit_lookup, heldout_lookup_risk
     from floorgap.records import sha256_file
 
+    from floorgap.data.drafter_data import block_index
+
     variant = spec["variant"]
+    gamma = int(spec["gamma"])
     data = load_drafter_data(data_path)
     train_seqs, heldout = split_sequences(data, spec)
+    if variant.get("blocks") is not None:
+        # the sequences a drafter arm of the same budget trains on (BlockExamples)
+        train_seqs = sorted(int(i) for i in budget_sequences(
+            block_index(data, gamma)[0], int(data["seq_prompt_len"].shape[0]),
+            int(spec["seed"]), train_seqs, int(variant["blocks"])))
     vocab = int(data["metadata"]["model"].get("vocab_size") or
                 int(data["target_ids"].max()) + 1)
     table, scores = fit_lookup(variant["kind"], data, train_seqs, heldout,
-                               gamma=int(spec["gamma"]), vocab_size=vocab, taps=spec["taps"])
-    logger.info("%s: %s table from %d training sequences; smoothing %g (held-out slot-0 TV by "
-                "weight: %s)", variant["name"], variant["kind"], len(train_seqs),
-                table.cfg.alpha, ", ".join(f"{a}: {v:.4f}" for a, v in scores.items()) or "-")
+                               gamma=gamma, vocab_size=vocab, taps=spec["taps"])
+    held = heldout_lookup_risk(table, data, heldout) if heldout else None
+    logger.info("%s: %s table from %d training sequences (%d blocks); smoothing %g (held-out "
+                "slot-0 TV by weight: %s); held-out R by slot: %s", variant["name"],
+                variant["kind"], len(train_seqs), _block_count(data, train_seqs, gamma),
+                table.cfg.alpha, ", ".join(f"{a}: {v:.4f}" for a, v in scores.items()) or "-",
+                " ".join(f"{v:.3f}" for v in held["tv_by_slot"]) if held else "-")
     return {**table.record(), "target": spec["target"]["name"], "variant": dict(variant),
-            "train_data_sha256": sha256_file(data_path), "heldout_tv0": scores, "epochs": []}
+            "train_data_sha256": sha256_file(data_path), "heldout_tv0": scores,
+            "heldout": held, "epochs": []}
+
+
+def _block_count(data: Mapping[str, Any], sequences: Sequence[int], gamma: int) -> int:
+    """Blocks of ``sequences`` (every response position with a full block after it)."""
+    offs, plen = data["seq_offsets"], data["seq_prompt_len"]
+    return sum(max(0, int(offs[s + 1] - offs[s]) - int(plen[s]) - gamma + 1) for s in sequences)
 
 
 def _rank_device(device: str, world: int) -> str:

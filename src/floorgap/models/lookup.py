@@ -195,16 +195,56 @@ class LookupProposal:
                    [_SoftCounts.from_state(t, cfg.vocab_size) for t in record["tables"]])
 
 
-def _heldout_tv0(fit: LookupProposal, cond: Tensor, ids: Tensor, vals: Tensor) -> float:
-    """Mean slot-0 top-K + residual TV of ``fit`` on held-out positions (the drafters' loss
-    measure), in chunks to bound memory."""
+def _mean_tv(fit: LookupProposal, slot: int, cond: Tensor, ids: Tensor, vals: Tensor) -> float:
+    """Mean top-K + residual TV of ``fit``'s slot-``slot`` rows at the conditions ``cond``
+    against the stored targets ``ids``/``vals`` (the drafters' loss measure), in chunks to bound
+    memory."""
     total, n = 0.0, 0
     for lo in range(0, len(cond), 256):
-        q = fit._rows(0, cond[lo:lo + 256]).clamp_min(1e-300).log().float()
+        q = fit._rows(slot, cond[lo:lo + 256]).clamp_min(1e-300).log().float()
         tv = topk_divergences(q, ids[lo:lo + 256], vals[lo:lo + 256])["tv"]
         total += float(tv.sum())
         n += len(tv)
     return total / max(n, 1)
+
+
+def _heldout_tv0(fit: LookupProposal, cond: Tensor, ids: Tensor, vals: Tensor) -> float:
+    """Mean slot-0 TV of ``fit`` on held-out positions (lag-1 conditions)."""
+    return _mean_tv(fit, 0, cond, ids, vals)
+
+
+def _slot_rows(data: Mapping[str, Any], sequences: Sequence[int], gamma: int, slot: int,
+               lag: int) -> tuple[Tensor, Tensor]:
+    """Slot ``slot`` of every block of ``sequences`` (the blocks :func:`floorgap.data.
+    drafter_data.block_index` lists): the target row it is scored against and the token
+    ``lag`` positions before the token it predicts."""
+    offs, plen, pos = data["seq_offsets"], data["seq_prompt_len"], data["pos_offsets"]
+    conds, rows = [], []
+    for s in sequences:
+        start, lp = int(offs[s]), int(plen[s])
+        c = torch.arange(lp, int(offs[s + 1]) - start - gamma + 1)   # block context lengths
+        conds.append(data["tokens"][start + c + slot - lag].long())
+        rows.append(int(pos[s]) + c + slot - lp)                     # predicts token c + slot
+    return torch.cat(rows), torch.cat(conds)
+
+
+def heldout_lookup_risk(fit: LookupProposal, data: Mapping[str, Any],
+                        sequences: Sequence[int]) -> dict[str, Any]:
+    """Held-out R by slot of a table, as the drafters' held-out curve reads it
+    (:func:`floorgap.models.drafter_training.heldout_risk`): the mean over every block of
+    ``sequences`` of the top-K + residual TV(p_k, q_k) at slot k, q_k conditioned on the
+    committed token (order 0) or on the realised predecessor (order 1: R^oracle, teacher
+    forced). ``score`` is the mean over slots."""
+    by_slot = []
+    for k in range(fit.gamma):
+        # bigram_committed's slot-k table reads the committed token (k + 1 before the one
+        # predicted); the bigram reads the predecessor; the unigram reads nothing
+        lag = k + 1 if fit.cfg.kind == "bigram_committed" else 1
+        rows, cond = _slot_rows(data, sequences, fit.gamma, k, lag)
+        by_slot.append(_mean_tv(fit, k, cond, data["target_ids"][rows].long(),
+                                data["target_vals"][rows].float()))
+    return {"tv_by_slot": by_slot, "score": sum(by_slot) / len(by_slot),
+            "blocks": int(len(rows))}
 
 
 def fit_lookup(kind: str, data: Mapping[str, Any], train_seqs: Sequence[int],
