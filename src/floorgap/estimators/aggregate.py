@@ -62,10 +62,24 @@ def _inverse_pi(pi: Tensor | None, n: int, like: Tensor) -> Tensor:
 
 
 def hajek_mean(y: Tensor, pi: Tensor | None = None) -> Tensor:
-    """Hajek mean over anchors (paper B.2): sum_i y_i/pi_i / sum_i 1/pi_i.
+    """Hajek mean over anchors (paper App. B.2): sum_i y_i/pi_i / sum_i 1/pi_i.
 
     ``y`` has anchors on dim 0 and any number of statistic dims after it; ``pi`` has shape
     (n_anchors,).  ``pi=None`` means equal inclusion probabilities (the plain mean).
+
+    Parameters
+    ----------
+    y : Tensor
+        Anchor-level values y_i, shape ``[n_anchors, ...]`` (e.g. ``[n_anchors, gamma]`` for
+        one value per slot).
+    pi : Tensor or None, optional
+        Inclusion probabilities pi_i of the anchors, shape ``[n_anchors]``, all positive.
+        ``None`` gives every anchor the same weight.
+
+    Returns
+    -------
+    Tensor
+        The Hajek mean of each statistic, with the trailing shape ``[...]`` of ``y``.
     """
     w = _inverse_pi(pi, y.shape[0], y)
     w = w.reshape((-1,) + (1,) * (y.dim() - 1))
@@ -76,8 +90,23 @@ def weighted_ratio(num: Tensor, den: Tensor, pi: Tensor | None = None) -> Tensor
     """Ratio of Hajek-weighted population sums: sum_i num_i/pi_i / sum_i den_i/pi_i.
 
     Used for G/R, shares of the floor removed, R^serve_k (num = E[W_{k-1} TV_k],
-    den = E[W_{k-1}] per anchor) and rho_{k,m} (paper eq. for rho-hat in B.2).
+    den = E[W_{k-1}] per anchor) and rho_{k,m} (paper eq. for rho-hat in App. B.2).
     ``den`` broadcasts against ``num``.
+
+    Parameters
+    ----------
+    num : Tensor
+        Per-anchor numerators num_i, shape ``[n_anchors, ...]``.
+    den : Tensor
+        Per-anchor denominators den_i, broadcastable to the shape of ``num``.
+    pi : Tensor or None, optional
+        Inclusion probabilities pi_i, shape ``[n_anchors]``, all positive; ``None`` means
+        equal weights.
+
+    Returns
+    -------
+    Tensor
+        The ratio of the two Hajek-weighted sums, with the trailing shape ``[...]`` of ``num``.
     """
     den = torch.broadcast_to(den, num.shape)
     w = _inverse_pi(pi, num.shape[0], num)
@@ -90,6 +119,20 @@ def cluster_index(clusters: Tensor | Sequence[Hashable]) -> tuple[Tensor, int]:
 
     The map depends only on the set of ids (sorted for tensors, first appearance is not
     used), so permuting anchors leaves every prompt's column unchanged.
+
+    The prompt is the resampling unit of the bootstrap in paper App. B.2.
+
+    Parameters
+    ----------
+    clusters : Tensor or Sequence[Hashable]
+        Prompt id of every anchor, ``n_anchors`` entries (a tensor is flattened).
+
+    Returns
+    -------
+    index : Tensor
+        ``[n_anchors]`` int64: the prompt column (0..n_prompts-1) of each anchor.
+    n_clusters : int
+        Number of distinct prompts, n_prompts.
     """
     if isinstance(clusters, Tensor):
         uniq, inv = torch.unique(clusters.reshape(-1), sorted=True, return_inverse=True)
@@ -104,7 +147,24 @@ def cluster_index(clusters: Tensor | Sequence[Hashable]) -> tuple[Tensor, int]:
 
 
 def cluster_sums(x: Tensor, index: Tensor, n_clusters: int) -> Tensor:
-    """Per-cluster sums of the rows of ``x`` (anchors x statistics) -> (n_clusters x ...)."""
+    """Per-cluster sums of the rows of ``x`` (anchors x statistics) -> (n_clusters x ...).
+
+    These per-prompt sums are what the prompt bootstrap of paper App. B.2 resamples.
+
+    Parameters
+    ----------
+    x : Tensor
+        Anchor rows to add up, shape ``[n_anchors, ...]``.
+    index : Tensor
+        ``[n_anchors]`` integer prompt column of each anchor (from :func:`cluster_index`).
+    n_clusters : int
+        Number of prompts, i.e. the number of output rows.
+
+    Returns
+    -------
+    Tensor
+        ``[n_clusters, ...]`` sums of the rows of each prompt, with ``x``'s dtype and device.
+    """
     out = torch.zeros((n_clusters,) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
     return out.index_add_(0, index.to(x.device), x)
 
@@ -141,6 +201,28 @@ def cluster_resample(
     CPU ``torch.Generator`` seeded with ``seed`` so the replicates are identical on every
     device; two calls with the same clusters, B and seed give the same replicates, which is
     what makes contrasts between separately computed statistics paired.
+
+    Implements the prompt resampling of paper App. B.2 (B = 10^4 and base seed 20260818 by
+    default, as in the paper).
+
+    Parameters
+    ----------
+    clusters : Tensor or Sequence[Hashable]
+        Prompt id of every anchor, ``n_anchors`` entries.
+    n_boot : int, optional
+        Number of bootstrap replicates B.
+    seed : int, optional
+        Seed of the CPU generator that draws the prompts.
+    dtype : torch.dtype, optional
+        Dtype of the returned count matrix.
+    device : torch.device or str or None, optional
+        Device of the count matrix and the anchor index; ``None`` leaves them on the CPU.
+
+    Returns
+    -------
+    ClusterResample
+        ``counts`` ``[B, n_prompts]`` (draws of each prompt per replicate), ``index``
+        ``[n_anchors]`` (prompt column of each anchor), ``n_clusters`` and ``seed``.
     """
     index, n_clusters = cluster_index(clusters)
     if n_clusters == 0:
@@ -160,6 +242,22 @@ def percentile_interval(replicates: Tensor, level: float = 0.95) -> tuple[Tensor
     Linear interpolation between order statistics (numpy's default "linear" method); a
     95% level gives the 2.5th and 97.5th percentiles.  Written with a sort rather than
     torch.quantile, which refuses large inputs.
+
+    This is the percentile rule of the prompt bootstrap in paper App. B.2.
+
+    Parameters
+    ----------
+    replicates : Tensor
+        Bootstrap replicates of a statistic, shape ``[B, ...]``.
+    level : float, optional
+        Coverage level in (0, 1).
+
+    Returns
+    -------
+    lower : Tensor
+        The (1 - level)/2 percentile over replicates, shape ``[...]``.
+    upper : Tensor
+        The (1 + level)/2 percentile over replicates, shape ``[...]``.
     """
     if not 0.0 < level < 1.0:
         raise ValueError("level must lie in (0, 1)")
@@ -211,7 +309,7 @@ def prompt_bootstrap(
     return_replicates: bool = False,
     resample: ClusterResample | None = None,
 ) -> BootstrapResult:
-    """Prompt-cluster percentile bootstrap of Hajek means or Hajek ratios (paper B.2).
+    """Prompt-cluster percentile bootstrap of Hajek means or Hajek ratios (paper App. B.2).
 
     Statistic: sum_i num_i/pi_i / sum_i den_i/pi_i for every column of ``num``
     (anchors x statistic dims, e.g. anchors x slots); ``den=None`` gives the Hajek mean.
@@ -220,6 +318,34 @@ def prompt_bootstrap(
     All B replicates come from one product counts (B x P) @ per-prompt sums (P x S), once
     for the numerator and once for the denominator, so a ratio is the ratio of replicate sums.
     Pass ``resample`` to reuse a count matrix across calls (same result as the same seed).
+
+    Parameters
+    ----------
+    num : Tensor
+        Per-anchor numerators (or values, for a Hajek mean), shape ``[n_anchors, ...]``.
+    clusters : Tensor or Sequence[Hashable]
+        Prompt id of every anchor, ``n_anchors`` entries; ignored when ``resample`` is given.
+    pi : Tensor or None, optional
+        Inclusion probabilities pi_i, shape ``[n_anchors]``; ``None`` means equal weights.
+    den : Tensor or None, optional
+        Per-anchor denominators, broadcastable to ``num``; ``None`` gives the Hajek mean.
+    n_boot : int, optional
+        Number of replicates B when a new count matrix is drawn.
+    seed : int, optional
+        Seed of the prompt draws when a new count matrix is drawn.
+    level : float, optional
+        Coverage level of the percentile interval, in (0, 1).
+    return_replicates : bool, optional
+        Keep the ``[B, ...]`` replicates in the result (needed for paired contrasts).
+    resample : ClusterResample or None, optional
+        A count matrix drawn earlier for the same anchors, reused instead of a new draw.
+
+    Returns
+    -------
+    BootstrapResult
+        ``estimate``, ``lower`` and ``upper`` with the trailing shape ``[...]`` of ``num``;
+        ``replicates`` ``[B, ...]`` or ``None``; and the resample's ``seed``, ``n_boot`` and
+        ``n_clusters``.
     """
     if num.dim() == 0:
         raise ValueError("num needs an anchor dimension")
@@ -264,6 +390,25 @@ def bootstrap_transform(
     e.g. D_k = S_k / prod_{i<=k} E[a_i] or tau = 1 + sum_k S_k.  All inputs must carry
     replicates from the same resample (same seed, B and prompts), so the result is paired.
     ``fn`` must act on the trailing statistic dims and broadcast over a leading replicate dim.
+
+    D_k is the dependence ratio of paper App. F.2 and tau the expected length of paper Sec. 2;
+    the pairing is that of the prompt bootstrap in paper App. B.2.
+
+    Parameters
+    ----------
+    fn : Callable[..., Tensor]
+        Function of the statistics, one tensor argument per result, each with a leading
+        replicate dimension (size 1 for the point estimate).
+    *results : BootstrapResult
+        Bootstrapped statistics computed with ``return_replicates=True`` from one resample.
+    level : float or None, optional
+        Coverage level of the new interval; ``None`` reuses the first result's level.
+
+    Returns
+    -------
+    BootstrapResult
+        ``fn`` of the point estimates, its percentile interval, the transformed replicates
+        ``[B, ...]`` and the inputs' resample identity.
     """
     if not results:
         raise ValueError("need at least one result")
@@ -290,5 +435,23 @@ def bootstrap_transform(
 
 
 def paired_difference(a: BootstrapResult, b: BootstrapResult, level: float | None = None) -> BootstrapResult:
-    """a - b with the interval from replicate-wise differences (e.g. R^serve - R, R - T)."""
+    """a - b with the interval from replicate-wise differences (e.g. R^serve - R, R - T).
+
+    R^serve - R is the serving-risk contrast of paper App. F.1 and R - T the model gap of
+    paper Sec. 2; pairing the replicates follows paper App. B.2.
+
+    Parameters
+    ----------
+    a : BootstrapResult
+        First statistic, with replicates.
+    b : BootstrapResult
+        Statistic to subtract, with replicates from the same resample as ``a``.
+    level : float or None, optional
+        Coverage level; ``None`` reuses ``a``'s level.
+
+    Returns
+    -------
+    BootstrapResult
+        The difference a - b: estimate, percentile interval and ``[B, ...]`` replicates.
+    """
     return bootstrap_transform(torch.sub, a, b, level=level)

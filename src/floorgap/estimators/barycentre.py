@@ -45,7 +45,26 @@ class Barycentre(NamedTuple):
 
 
 def tv_distance(p: torch.Tensor, q: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """TV(p, q) = 1/2 sum_v |p(v) - q(v)| along ``dim`` (broadcasting)."""
+    """TV(p, q) = 1/2 sum_v |p(v) - q(v)| along ``dim`` (broadcasting).
+
+    TV is the distance in which the floors and drafter risks of paper Sec. 2 are measured;
+    the barycentre objective of paper Sec. B.4 averages it over the rows of a family.
+
+    Parameters
+    ----------
+    p : torch.Tensor
+        Distributions over tokens, e.g. ``[..., V]``.
+    q : torch.Tensor
+        Distributions broadcastable against ``p``.
+    dim : int, optional
+        The token dimension that is summed over.
+
+    Returns
+    -------
+    torch.Tensor
+        TV distances, the broadcast shape of ``p`` and ``q`` without ``dim`` (in [0, 1] for
+        probability vectors).
+    """
     return 0.5 * (p - q).abs().sum(dim)
 
 
@@ -54,6 +73,22 @@ def normalise_weights(weights: torch.Tensor, P: torch.Tensor) -> torch.Tensor:
 
     ``weights`` has shape ``[M]`` or ``[..., M]`` broadcastable to ``P.shape[:-1]``. Raises
     ``ValueError`` on negative or non-finite weights or on a zero total.
+
+    These are the normalised row weights w~_r of the barycentre objective (paper Sec. B.4).
+
+    Parameters
+    ----------
+    weights : torch.Tensor
+        Raw row weights w_r, shape ``[M]`` or ``[..., M]``.
+    P : torch.Tensor
+        The family ``[..., M, V]`` the weights belong to; supplies dtype, device and the
+        batch shape.
+
+    Returns
+    -------
+    torch.Tensor
+        Normalised weights w~_r of shape ``P.shape[:-1]`` = ``[..., M]``, summing to one over
+        the last dimension.
     """
     w = torch.as_tensor(weights, dtype=P.dtype, device=P.device)
     if w.shape[-1:] != P.shape[-2:-1]:
@@ -91,6 +126,21 @@ def tv_barycentre(P: torch.Tensor, weights: torch.Tensor | None = None) -> Baryc
 
     Uniform weights cost one sort of each column plus two passes over ``P``; the weighted
     case additionally sorts all column breakpoints to find the crossing level exactly.
+
+    Parameters
+    ----------
+    P : torch.Tensor
+        Floating-point family of distributions, ``[M, V]`` or ``[..., M, V]``; row r is p_r
+        (e.g. the target's p_k^(r) along path r).
+    weights : torch.Tensor or None, optional
+        Row weights w_r, shape ``[M]`` or ``[..., M]``; ``None`` weights every row 1/M.
+
+    Returns
+    -------
+    q : torch.Tensor
+        ``[..., V]`` optimal proposal (a minimiser of the weighted mean TV).
+    value : torch.Tensor
+        ``[...]`` minimum weighted mean TV, the empirical floor T_hat.
     """
     _check_family(P)
     if weights is None or P.shape[-2] == 1:
@@ -169,6 +219,24 @@ def tv_barycentre_lp(P: torch.Tensor, weights: torch.Tensor | None = None,
     sum_v q(v) = 1,  q >= 0.  For checks and benchmarks only (a single ``[M, V]`` family);
     computed in float64 on the CPU. ``method`` is a scipy HiGHS method ("highs", "highs-ipm",
     "highs-ds"); ``tol`` sets the primal and dual feasibility tolerances.
+
+    Parameters
+    ----------
+    P : torch.Tensor
+        A single family ``[M, V]`` of distributions.
+    weights : torch.Tensor or None, optional
+        Row weights w_r, shape ``[M]``; ``None`` weights every row 1/M.
+    tol : float, optional
+        Primal and dual feasibility tolerance passed to HiGHS.
+    method : str, optional
+        scipy HiGHS method name.
+
+    Returns
+    -------
+    q : torch.Tensor
+        ``[V]`` float64 CPU tensor, the LP's optimal proposal.
+    value : torch.Tensor
+        0-dim float64 tensor, the LP optimum (the floor T_hat of paper Sec. B.4).
     """
     import numpy as np
     import scipy.sparse as sp

@@ -144,7 +144,7 @@ def water_fill(
     n_cells: int | None = None,
     token_span: int | None = None,
 ) -> WaterFill:
-    """Maximise sum_r c_r min(1, q_cell(z_r)/p_r) over one simplex per cell (App. F.4).
+    """Maximise sum_r c_r min(1, q_cell(z_r)/p_r) over one simplex per cell (paper App. F.4).
 
     Inputs are flat per-entry (per path) tensors: ``cell`` (cell id in 0..n_cells-1),
     ``token`` (realised token z_r, >= 0), ``p`` (target probability p_r(z_r)) and ``c``
@@ -154,6 +154,29 @@ def water_fill(
     sum_{l>=j} c_(l)/p_(l); within each cell the steepest segments are filled first until
     mass 1 is spent.  Ties among equal slopes are broken deterministically; every tie-break is
     optimal.  Vectorised over all cells at once.
+
+    Parameters
+    ----------
+    cell : Tensor
+        Information-cell id of every entry, integers in 0..n_cells-1 (any shape, flattened).
+    token : Tensor
+        Realised token z_r of every entry, integers >= 0.
+    p : Tensor
+        Target probability p_r(z_r) of the realised token, floating point.
+    c : Tensor
+        Entry weights c_r = W_{k-1}^(r) F_k^(r) / M, non-negative.
+    n_cells : int or None, optional
+        Number of cells; ``None`` takes one more than the largest id in ``cell``.
+    token_span : int or None, optional
+        Stride of the (cell, token) keys, larger than every token id; ``None`` takes one more
+        than the largest token in ``token``.
+
+    Returns
+    -------
+    WaterFill
+        The fitted actions of all cells, stored sparsely: sorted ``keys`` and water-filled
+        ``mass`` x_{cell, token} of every poured (cell, token) pair, and per cell
+        (``[n_cells]``) the ``leftover`` mass L and the in-sample ``objective``.
     """
     cell = cell.reshape(-1).to(torch.long)
     token = token.reshape(-1).to(torch.long)
@@ -217,7 +240,22 @@ def _as_batch(x: Tensor) -> Tensor:
 
 
 def continuation_value(a: Tensor) -> Tensor:
-    """F_k = 1 + sum_{j>k} prod_{k<i<=j} a_i per path (F_{gamma-1} = 1), via F_k = 1 + a_{k+1} F_{k+1}."""
+    """F_k = 1 + sum_{j>k} prod_{k<i<=j} a_i per path (F_{gamma-1} = 1),
+    via F_k = 1 + a_{k+1} F_{k+1}.
+
+    F_k is the continuation value in the slot decomposition of tau (paper App. F.4).
+
+    Parameters
+    ----------
+    a : Tensor
+        Accept factors a_i = min(1, q_i(Z_i)/p_i(Z_i)), shape ``[..., gamma]`` (e.g.
+        ``[A, M, gamma]``).
+
+    Returns
+    -------
+    Tensor
+        F_k for every slot k, same shape as ``a``.
+    """
     g = a.shape[-1]
     cols = [torch.ones_like(a[..., 0])]
     for k in range(g - 2, -1, -1):  # loop over slots (gamma is small), vectorised over paths
@@ -229,6 +267,21 @@ def expected_length(a: Tensor, path_mask: Tensor | None = None) -> Tensor:
     """tau = 1 + mean_r sum_j prod_{i<=j} a_i over the paths in ``path_mask`` (all by default).
 
     ``a`` is (..., M, gamma); ``path_mask`` broadcasts to (..., M).
+
+    tau is the expected returned length of paper Sec. 2, estimated from the joint survival
+    terms as in paper App. F.2.
+
+    Parameters
+    ----------
+    a : Tensor
+        Accept factors a_i, shape ``[..., M, gamma]`` (paths, slots).
+    path_mask : Tensor or None, optional
+        Paths to average over, broadcastable to ``[..., M]`` (bool or 0/1); ``None`` uses all.
+
+    Returns
+    -------
+    Tensor
+        ``[...]`` expected length tau (for one anchor, 0-dim).
     """
     per_path = torch.cumprod(a, dim=-1).sum(-1)
     if path_mask is None:
@@ -238,9 +291,23 @@ def expected_length(a: Tensor, path_mask: Tensor | None = None) -> Tensor:
 
 
 def tau_slot_decomposition(a: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """(kappa_k, E[W_{k-1} a_k F_k]) with tau - 1 = kappa_k + E[W_{k-1} a_k F_k] (App. F.4).
+    """(kappa_k, E[W_{k-1} a_k F_k]) with tau - 1 = kappa_k + E[W_{k-1} a_k F_k] (paper App. F.4).
 
     kappa_k = sum_{j<k} E[prod_{i<=j} a_i] does not involve slot k.  Path means over dim -2.
+
+    Parameters
+    ----------
+    a : Tensor
+        Accept factors a_i, shape ``[..., M, gamma]``.
+    k : int
+        The slot to isolate, 0 <= k < gamma.
+
+    Returns
+    -------
+    kappa : Tensor
+        ``[...]`` kappa_k, the part of tau - 1 that does not involve slot k.
+    term : Tensor
+        ``[...]`` E[W_{k-1} a_k F_k], the part that slot k's proposal can change.
     """
     surv = torch.cumprod(a, dim=-1)
     kappa = surv[..., :k].sum(-1).mean(-1)
@@ -417,13 +484,36 @@ def single_slot_gain(
     order: int = 0,
     folds: Tensor | None = None,
 ) -> SingleSlotGain:
-    """Delta tau_k^BR = tau(q_k^BR, q_-k^base) - tau(q^base) for every slot k (App. F.4, F.5).
+    """Delta tau_k^BR = tau(q_k^BR, q_-k^base) - tau(q^base) for every slot k (paper App. F.4, F.5).
 
     Inputs per path and slot, (A, M, gamma) or (M, gamma): ``p_tok`` = p_k^(r)(Z_k^(r)) the
     target's probability of the realised token, ``q_base`` = the shipped proposal's probability
     of it, ``tokens`` = Z_k^(r).  ``prev_token`` (A,) is the committed token before slot 0,
     needed at ``order=1`` where each predecessor token is its own cell.  ``folds`` (M,) or
     (A, M) of 0/1 sets the cross-fitting split (default: path index parity).
+
+    Parameters
+    ----------
+    p_tok : Tensor
+        ``[A, M, gamma]`` or ``[M, gamma]`` target probabilities p_k^(r)(Z_k^(r)).
+    q_base : Tensor
+        Same shape: the shipped proposal's probabilities of the realised tokens.
+    tokens : Tensor
+        Same shape, integer: the realised tokens Z_k^(r).
+    prev_token : Tensor or int or None, optional
+        ``[A]`` (or one int) committed token before slot 0; required for ``order=1`` only.
+    order : int, optional
+        Information class of the proposal: 0 (one cell per anchor and slot) or 1 (one cell
+        per realised predecessor token).
+    folds : Tensor or None, optional
+        ``[M]`` or ``[A, M]`` 0/1 fold of every path for cross-fitting; ``None`` splits by
+        path index parity.
+
+    Returns
+    -------
+    SingleSlotGain
+        ``in_sample``, ``cross_fitted`` and ``optimism`` gains Delta tau_k^BR, each
+        ``[A, gamma]`` (A = 1 for 2-D inputs), and ``tau_base`` ``[A]``.
     """
     d_in = _design(p_tok, q_base, tokens, prev_token, order, None, cross_fit=False)
     d_cf = _design(p_tok, q_base, tokens, prev_token, order, folds, cross_fit=True)
@@ -472,12 +562,39 @@ def coordinate_sweep(
     cross_fit: bool = True,
     n_passes: int = 1,
 ) -> SweepResult:
-    """Refit every slot in turn against the latest actions, both directions (App. F.6).
+    """Refit every slot in turn against the latest actions, both directions (paper App. F.6).
 
     With ``cross_fit`` the two action sets (fitted on fold 0 and on fold 1) are each swept
     using only their own fitting paths and scored on the other fold; the split is the same
     for every refit.  Without it, actions are fitted and scored on all paths.  Inputs as in
     ``single_slot_gain``.
+
+    Parameters
+    ----------
+    p_tok : Tensor
+        ``[A, M, gamma]`` or ``[M, gamma]`` target probabilities p_k^(r)(Z_k^(r)).
+    q_base : Tensor
+        Same shape: the shipped proposal's probabilities of the realised tokens.
+    tokens : Tensor
+        Same shape, integer: the realised tokens Z_k^(r).
+    prev_token : Tensor or int or None, optional
+        ``[A]`` (or one int) committed token before slot 0; required for ``order=1`` only.
+    order : int, optional
+        Information class of the proposal, 0 or 1 (as in ``single_slot_gain``).
+    folds : Tensor or None, optional
+        ``[M]`` or ``[A, M]`` 0/1 fold of every path; ``None`` splits by path index parity.
+        Used only with ``cross_fit``.
+    cross_fit : bool, optional
+        Fit and score on opposite folds (True) or on all paths (False).
+    n_passes : int, optional
+        Number of passes over all slots in each direction.
+
+    Returns
+    -------
+    SweepResult
+        ``forward`` and ``backward`` gains tau(swept) - tau(base), each ``[A]``; the
+        single-slot gains ``isolated`` ``[A, gamma]`` on the same split and their sum
+        ``isolated_sum`` ``[A]``; and the ``cross_fit`` flag.
     """
     d = _design(p_tok, q_base, tokens, prev_token, order, folds, cross_fit=cross_fit)
     G = d.a_base.shape[-1]

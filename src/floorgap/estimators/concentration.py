@@ -59,6 +59,24 @@ def weighted_quantile(values: Tensor, weights: Tensor, q: float) -> Tensor:
     (the averaged inverse CDF, Hyndman-Fan type 2, numpy's ``averaged_inverted_cdf``): equal
     weights give the usual median of an even-sized sample. ``weights``: ``[..., n]``;
     returns ``[...]`` (NaN where all weights are zero).
+
+    Used for the median floor (paper Sec. 3.1), the p90 of the effective support (paper
+    App. D.1) and the p90 of the K-median restart spread (paper App. D.2).
+
+    Parameters
+    ----------
+    values : Tensor
+        ``[n]`` finite anchor-level values y_i.
+    weights : Tensor
+        ``[..., n]`` non-negative anchor weights, e.g. 1 / pi_i or the rows of
+        :func:`replicate_weights`.
+    q : float
+        Quantile level in (0, 1].
+
+    Returns
+    -------
+    Tensor
+        ``[...]`` weighted quantile for each row of weights; NaN where all weights are zero.
     """
     if not 0.0 < q <= 1.0:
         raise ValueError("q must lie in (0, 1]")
@@ -89,6 +107,24 @@ def top_share(values: Tensor, weights: Tensor, frac: float = 0.1) -> Tensor:
     completes it (the Lorenz curve, read at 1 - frac). With n equal weights and frac = j/n
     this is the sum of the j largest values over the sum of all. ``values`` must be
     non-negative; returns ``[...]``, NaN where the weighted total is zero.
+
+    This gives the share of a slot's total floor carried by the top decile of anchors
+    (paper Sec. 3.1).
+
+    Parameters
+    ----------
+    values : Tensor
+        ``[n]`` non-negative anchor-level values y_i (e.g. the floor T_k^(0) per anchor).
+    weights : Tensor
+        ``[..., n]`` non-negative anchor weights.
+    frac : float, optional
+        Fraction of the total anchor weight counted as the top, in [0, 1].
+
+    Returns
+    -------
+    Tensor
+        ``[...]`` share in [0, 1] of sum_i w_i y_i carried by the top ``frac``; NaN where that
+        total is zero.
     """
     if not 0.0 <= frac <= 1.0:
         raise ValueError("frac must lie in [0, 1]")
@@ -114,6 +150,22 @@ def weighted_correlation(x: Tensor, y: Tensor, weights: Tensor) -> Tensor:
     means mx, my; integer weights give the correlation of the sample with each anchor repeated
     w_i times. ``weights``: ``[..., n]``; returns ``[...]``, NaN where either quantity is
     constant under the weights.
+
+    Used for the correlation of log N_eff with T^(0) across anchors (paper App. D.1).
+
+    Parameters
+    ----------
+    x : Tensor
+        ``[n]`` first anchor-level quantity (finite).
+    y : Tensor
+        ``[n]`` second anchor-level quantity (finite).
+    weights : Tensor
+        ``[..., n]`` non-negative anchor weights.
+
+    Returns
+    -------
+    Tensor
+        ``[...]`` weighted Pearson correlation in [-1, 1]; NaN where it is undefined.
     """
     x, weights = _prepare(x, weights)
     y, _ = _prepare(torch.as_tensor(y, dtype=x.dtype), weights)
@@ -139,6 +191,20 @@ def replicate_weights(resample: ClusterResample, pi: Tensor | None = None) -> Te
 
     A Hajek mean with these weights equals the replicate of
     :func:`~floorgap.estimators.aggregate.prompt_bootstrap` drawn from the same ``resample``.
+
+    Replicates follow the prompt bootstrap of paper App. B.2.
+
+    Parameters
+    ----------
+    resample : ClusterResample
+        The prompt-resampling count matrix and the anchor-to-prompt index.
+    pi : Tensor or None, optional
+        ``[n]`` positive inclusion probabilities pi_i; ``None`` means pi_i = 1.
+
+    Returns
+    -------
+    Tensor
+        ``[B, n]`` float64 weights counts[b, prompt(i)] / pi_i.
     """
     counts = resample.counts.to(torch.float64)
     w = counts[:, resample.index.to(counts.device)]
@@ -160,6 +226,25 @@ def percentile_interval_finite(replicates: Tensor, level: float = 0.95
     a correlation); those are left out and counted. Same interpolation as
     :func:`~floorgap.estimators.aggregate.percentile_interval`. Returns ``(lower, upper,
     n_finite)`` with the trailing shape of the statistic; NaN bounds where nothing is finite.
+
+    The interval is the percentile interval of paper App. B.2, as reported in paper
+    App. C.8 and for the distribution summaries of paper App. D.1 and D.2.
+
+    Parameters
+    ----------
+    replicates : Tensor
+        ``[B, ...]`` bootstrap replicates, possibly with non-finite entries.
+    level : float, optional
+        Coverage level in (0, 1).
+
+    Returns
+    -------
+    lower : Tensor
+        ``[...]`` lower percentile of the finite replicates (NaN where none is finite).
+    upper : Tensor
+        ``[...]`` upper percentile of the finite replicates (NaN where none is finite).
+    n_finite : Tensor
+        ``[...]`` int64 count of finite replicates.
     """
     if not 0.0 < level < 1.0:
         raise ValueError("level must lie in (0, 1)")
@@ -196,6 +281,27 @@ def weighted_bootstrap(stat: Callable[[Tensor], Tensor], resample: ClusterResamp
     use :func:`replicate_weights`. Undefined replicates are left out of the interval
     (:func:`percentile_interval_finite`). The result shares ``resample``'s seed, so it pairs
     with every other statistic drawn from it.
+
+    This is the prompt bootstrap of paper App. B.2 applied to the statistics of paper
+    Sec. 3.1 and App. D.1, D.2 that are not Hajek means or ratios.
+
+    Parameters
+    ----------
+    stat : Callable[[Tensor], Tensor]
+        Statistic of the anchor weights, mapping ``[..., n]`` to ``[..., *shape]``.
+    resample : ClusterResample
+        The prompt-resampling count matrix; its seed pairs the result with other statistics.
+    pi : Tensor or None, optional
+        ``[n]`` inclusion probabilities pi_i; ``None`` means equal weights.
+    level : float, optional
+        Coverage level in (0, 1).
+
+    Returns
+    -------
+    BootstrapResult
+        ``estimate`` ``[*shape]``, the percentile interval ``lower`` / ``upper`` over the
+        finite replicates, ``replicates`` ``[B, *shape]`` and the resample's ``seed``,
+        ``n_boot`` and ``n_clusters``.
     """
     n = resample.index.shape[0]
     base = torch.ones(n, dtype=torch.float64)

@@ -83,7 +83,22 @@ class ReweightedFloor:
 
 
 def alternating_split(n: int, device: torch.device | str | None = None) -> torch.Tensor:
-    """A deterministic split mask for n paths: True for even positions (half A), False for odd."""
+    """A deterministic split mask for n paths: True for even positions (half A), False for odd.
+
+    Serves the split-half floor estimates of paper Sec. B.3.
+
+    Parameters
+    ----------
+    n : int
+        Number of paths.
+    device : torch.device or str or None, optional
+        Device of the mask; ``None`` is the default device.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[n]`` bool mask, True at even positions.
+    """
     return torch.arange(n, device=device) % 2 == 0
 
 
@@ -101,6 +116,18 @@ def floor_order0(P: torch.Tensor, weights: torch.Tensor | None = None) -> torch.
 
     ``P``: ``[..., M, V]``. Returns ``[...]``. Reusing the paths to fit and score biases this
     estimate downwards (Sec. B.3).
+
+    Parameters
+    ----------
+    P : torch.Tensor
+        ``[..., M, V]`` target distributions p_k^(r) of one slot along M sampled paths.
+    weights : torch.Tensor or None, optional
+        Row weights, ``[M]`` or ``[..., M]``; ``None`` weights every path 1/M.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[...]`` in-sample floor T_hat_k^(0).
     """
     return tv_barycentre(P, weights).value
 
@@ -112,6 +139,18 @@ def order0_path_tv(P: torch.Tensor) -> torch.Tensor:
     on that subset, e.g. on the paths covered by the split-half order-1 estimate, so that
     T^(0) and T^(1) can be compared on one population (T^(0) = c T^(0)_cov + (1 - c)
     T^(0)_uncov holds exactly).
+
+    The order-0 family and its floor are defined in paper Sec. B.3.
+
+    Parameters
+    ----------
+    P : torch.Tensor
+        ``[..., M, V]`` target distributions p_k^(r) of one slot along M sampled paths.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[..., M]`` TV of every path's distribution to the in-sample order-0 barycentre.
     """
     return tv_distance(P, tv_barycentre(P).q.unsqueeze(-2))
 
@@ -122,6 +161,20 @@ def floor_order0_split(P: torch.Tensor, split: torch.Tensor) -> torch.Tensor:
     ``split`` is a boolean mask of length M (True = half A; both halves non-empty), chosen by
     the caller (e.g. :func:`alternating_split`). Every path is scored once, against the
     barycentre of the other half, and the M held-out TVs are averaged. ``P``: ``[..., M, V]``.
+
+    The split-half rule is that of paper Sec. B.3.
+
+    Parameters
+    ----------
+    P : torch.Tensor
+        ``[..., M, V]`` target distributions p_k^(r) of one slot along M sampled paths.
+    split : torch.Tensor
+        ``[M]`` bool mask, True for half A; both halves must be non-empty.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[...]`` held-out order-0 floor, the mean of the M held-out TVs.
     """
     split = torch.as_tensor(split, dtype=torch.bool, device=P.device)
     M = P.shape[-2]
@@ -139,6 +192,22 @@ def group_ids(history: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor
     ``history``: ``[M, k]`` integer tokens realised before slot k (k may be 0). ``m >= k`` uses
     the whole realised prefix; ``m == 0`` puts every path in one group. Returns
     ``(inverse, counts)``: the group index of each path and the size of each group.
+
+    This is the partition of the grouping route for T_k^(m) (paper Sec. B.3).
+
+    Parameters
+    ----------
+    history : torch.Tensor
+        ``[M, k]`` integer tokens realised before slot k (a ``[M]`` tensor counts as k = 1).
+    m : int
+        Conditioning order, m >= 0: the number of trailing tokens that define a group.
+
+    Returns
+    -------
+    inverse : torch.Tensor
+        ``[M]`` int64 group index of every path.
+    counts : torch.Tensor
+        ``[n_groups]`` int64 number of paths in each group.
     """
     if history.dim() == 1:
         history = history.unsqueeze(-1)
@@ -157,7 +226,22 @@ def group_ids(history: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor
 
 def covered_by_grouping(history: torch.Tensor, m: int) -> torch.Tensor:
     """``[M]`` bool: the paths whose group (same last ``m`` realised tokens, :func:`group_ids`)
-    holds at least two paths, i.e. the paths the split-half order-m floor covers."""
+    holds at least two paths, i.e. the paths the split-half order-m floor covers.
+
+    Coverage is that of the split-half estimate in paper Sec. B.3.
+
+    Parameters
+    ----------
+    history : torch.Tensor
+        ``[M, k]`` integer tokens realised before slot k.
+    m : int
+        Conditioning order, m >= 0.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[M]`` bool, True for paths in groups of two or more.
+    """
     inverse, counts = group_ids(history, m)
     return counts[inverse] >= 2
 
@@ -168,6 +252,22 @@ def floor_orderm_plugin(P: torch.Tensor, history: torch.Tensor, m: int) -> torch
     Groups are the paths sharing their last ``m`` realised tokens (:func:`group_ids`); every
     group is covered and a singleton contributes 0. Since refining a partition can only lower
     the sum of in-sample minima, this estimate is non-increasing in m, and it is 0 for m >= k.
+
+    It is the in-sample counterpart of the grouping route of paper Sec. B.3.
+
+    Parameters
+    ----------
+    P : torch.Tensor
+        ``[M, V]`` target distributions p_k^(r) of slot k along M sampled paths.
+    history : torch.Tensor
+        ``[M, k]`` integer tokens realised before slot k.
+    m : int
+        Conditioning order, m >= 0.
+
+    Returns
+    -------
+    torch.Tensor
+        0-dim in-sample order-m floor.
     """
     M = P.shape[-2]
     inverse, counts = group_ids(history.to(P.device), m)
@@ -183,6 +283,20 @@ def floor_order1_plugin(P: torch.Tensor, predecessor: torch.Tensor | None) -> to
 
     ``predecessor``: ``[M]`` tokens at slot k-1; ``None`` at slot 0, whose predecessor is the
     committed token shared by all paths (one group).
+
+    The order-1 grouping by Z_{k-1} is that of paper Sec. B.3.
+
+    Parameters
+    ----------
+    P : torch.Tensor
+        ``[M, V]`` target distributions p_k^(r) of slot k along M sampled paths.
+    predecessor : torch.Tensor or None
+        ``[M]`` realised tokens at slot k-1, or ``None`` at slot 0.
+
+    Returns
+    -------
+    torch.Tensor
+        0-dim in-sample order-1 floor.
     """
     if predecessor is None:
         return floor_order0(P)
@@ -199,6 +313,24 @@ def floor_orderm_split(P: torch.Tensor, history: torch.Tensor, m: int,
     Group floors are averaged with weights n_g. Groups of one path are uncovered.
     ``history``: ``[M, k]`` realised tokens before slot k; ``m >= k`` groups by the whole
     realised prefix, where every group shares one context and the floor is exactly 0.
+
+    Parameters
+    ----------
+    P : torch.Tensor
+        ``[M, V]`` target distributions p_k^(r) of slot k along M sampled paths.
+    history : torch.Tensor
+        ``[M, k]`` integer tokens realised before slot k.
+    m : int
+        Conditioning order, m >= 0.
+    generator : torch.Generator or None, optional
+        Random source for shuffling each group before dealing; ``None`` keeps path order.
+
+    Returns
+    -------
+    SplitFloor
+        ``value_covered`` T_cov, ``covered_mass`` c, the bounds ``lower`` = c T_cov and
+        ``upper`` = c T_cov + (1 - c) (0-dim tensors), the group and uncovered counts, and
+        the ``[M]`` ``covered`` mask.
     """
     M = P.shape[-2]
     inverse, counts = group_ids(history.to(P.device), m)
@@ -232,6 +364,23 @@ def floor_order1_split(P: torch.Tensor, predecessor: torch.Tensor | None,
     ``predecessor``: ``[M]`` tokens at slot k-1; ``None`` at slot 0 (the committed token is
     shared by all paths, so there is one group; its rows are identical and the floor is 0).
     See :func:`floor_orderm_split` for the split rule and the covered-mass bounds.
+
+    This is the order-1 grouping route of paper Sec. B.3.
+
+    Parameters
+    ----------
+    P : torch.Tensor
+        ``[M, V]`` target distributions p_k^(r) of slot k along M sampled paths.
+    predecessor : torch.Tensor or None
+        ``[M]`` realised tokens at slot k-1, or ``None`` at slot 0.
+    generator : torch.Generator or None, optional
+        Random source for shuffling each group before dealing; ``None`` keeps path order.
+
+    Returns
+    -------
+    SplitFloor
+        Covered floor T_cov, covered mass c, the bounds on T_k^(1) and the ``[M]`` covered
+        mask (see :class:`SplitFloor`).
     """
     M = P.shape[-2]
     if predecessor is None:
@@ -240,7 +389,22 @@ def floor_order1_split(P: torch.Tensor, predecessor: torch.Tensor | None,
 
 
 def kish_ess(weights: torch.Tensor) -> torch.Tensor:
-    """Kish effective sample size (sum_r w_r)^2 / sum_r w_r^2 over the last dimension (0 if all zero)."""
+    """Kish effective sample size (sum_r w_r)^2 / sum_r w_r^2 over the last
+    dimension (0 if all zero).
+
+    It measures how many sampled prefixes the re-weighting route of paper Sec. B.3
+    effectively uses.
+
+    Parameters
+    ----------
+    weights : torch.Tensor
+        ``[..., M]`` non-negative weights (integer input is cast to float64).
+
+    Returns
+    -------
+    torch.Tensor
+        ``[...]`` effective sample size, between 0 and M.
+    """
     w = torch.as_tensor(weights)
     if not w.is_floating_point():
         w = w.double()
@@ -255,6 +419,20 @@ def reveal_weights(P_prev: torch.Tensor, z_star: torch.Tensor | int) -> torch.Te
     ``P_prev``: ``[M, V]`` target distributions at slot k-1 along the sampled prefixes.
     ``z_star``: an int (returns ``[M]``) or a ``[Z]`` tensor of tokens (returns ``[Z, M]``).
     For m revealed tokens, multiply the per-slot weights of the revealed tokens instead.
+
+    These are the weights of the re-weighting route of paper Sec. B.3.
+
+    Parameters
+    ----------
+    P_prev : torch.Tensor
+        ``[M, V]`` target distributions p_{k-1}^(r) at slot k-1.
+    z_star : torch.Tensor or int
+        Revealed token id, or a ``[Z]`` tensor of token ids.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[M]`` weights for an int ``z_star``, ``[Z, M]`` for a tensor.
     """
     z = torch.as_tensor(z_star, device=P_prev.device, dtype=torch.long)
     return P_prev[:, z].transpose(0, -1) if z.dim() == 1 else P_prev[:, z]
@@ -277,6 +455,19 @@ def floor_order1_reweighted(revealed: torch.Tensor, weights: torch.Tensor) -> Re
     Leading dimensions (e.g. several revealed tokens) are batched. Returns the weighted
     barycentre value and q, the Kish ESS of the weights, and their mean (an estimate of
     Pr(z* | X)). With equal weights this is the unweighted barycentre of ``revealed``.
+
+    Parameters
+    ----------
+    revealed : torch.Tensor
+        ``[..., M, V]`` distributions p_T(. | X, S^(r), z*), one row per sampled prefix.
+    weights : torch.Tensor
+        ``[..., M]`` non-negative weights w_r (broadcast to ``revealed.shape[:-1]``).
+
+    Returns
+    -------
+    ReweightedFloor
+        ``value`` ``[...]`` (NaN where all weights are zero), ``q`` ``[..., V]``, ``ess``
+        ``[...]`` and ``marginal`` ``[...]``.
     """
     w = torch.as_tensor(weights, dtype=revealed.dtype, device=revealed.device)
     w = w.expand(revealed.shape[:-1])
@@ -295,6 +486,19 @@ def floor_by_slot(P: torch.Tensor) -> torch.Tensor:
 
     ``P``: ``[gamma, M, V]`` (slot, path, token). Returns ``[gamma]``; slot 0 is 0 when all
     paths share the anchor's context (identical rows).
+
+    These are the per-anchor order-0 floor curves of paper Sec. 3.1, estimated as in paper
+    Sec. B.3.
+
+    Parameters
+    ----------
+    P : torch.Tensor
+        ``[gamma, M, V]`` target distributions p_k^(r) of every slot k along M paths.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[gamma]`` in-sample floors T_hat_k^(0).
     """
     return tv_barycentre(P).value
 
@@ -305,6 +509,23 @@ def floor_order1_by_slot(P: torch.Tensor, tokens: torch.Tensor,
 
     ``P``: ``[gamma, M, V]``; ``tokens``: ``[M, gamma]`` realised block tokens of the paths.
     Slot 0 uses the committed token (one group); slot k >= 1 groups by ``tokens[:, k-1]``.
+
+    The order-1 floors feed the locality result of paper Sec. 3.2 (estimator: paper
+    Sec. B.3).
+
+    Parameters
+    ----------
+    P : torch.Tensor
+        ``[gamma, M, V]`` target distributions p_k^(r) of every slot k along M paths.
+    tokens : torch.Tensor
+        ``[M, gamma]`` integer realised block tokens of the paths.
+    generator : torch.Generator or None, optional
+        Random source for shuffling groups before the split; ``None`` keeps path order.
+
+    Returns
+    -------
+    list of SplitFloor
+        One split-half order-1 floor per slot, ``gamma`` entries.
     """
     out = []
     for k in range(P.shape[0]):

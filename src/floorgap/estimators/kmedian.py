@@ -44,7 +44,24 @@ class KMedian:
 def tv_kmedian_objective(P: torch.Tensor, centres: torch.Tensor
                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean over the rows of ``P`` (``[M, V]``) of the TV to the nearest of ``centres``
-    (``[K, V]``), and the nearest-centre index of each row (ties go to the lowest index)."""
+    (``[K, V]``), and the nearest-centre index of each row (ties go to the lowest index).
+
+    This is the objective of the oracle-routed K-median of paper Sec. D.2 for fixed centres.
+
+    Parameters
+    ----------
+    P : torch.Tensor
+        ``[M, V]`` path-conditioned target distributions p_k^(r).
+    centres : torch.Tensor
+        ``[K, V]`` candidate centres q^[j].
+
+    Returns
+    -------
+    objective : torch.Tensor
+        0-dim tensor, (1/M) sum_r min_j TV(p_r, q^[j]).
+    assignment : torch.Tensor
+        ``[M]`` int64 index of the nearest centre of each row.
+    """
     dist = torch.stack([tv_distance(P, c) for c in centres], dim=-1)  # [M, K]
     best, assign = dist.min(-1)
     return best.mean(), assign
@@ -93,6 +110,26 @@ def tv_kmedian(P: torch.Tensor, K: int, restarts: int = 3,
     objective is kept. ``max_iter`` (>= 1) caps Lloyd iterations per restart. K = 1 returns the
     TV barycentre directly (objective = T^(0) in-sample); K >= M puts every path on its own
     centre (objective 0).
+
+    Parameters
+    ----------
+    P : torch.Tensor
+        ``[M, V]`` path-conditioned target distributions p_k^(r) at one anchor and slot.
+    K : int
+        Number of centres (prototypes), at least 1.
+    restarts : int, optional
+        Number of independent seedings, at least 1 (the paper uses three).
+    generator : torch.Generator or None, optional
+        Random source of the seeding; ``None`` uses a CPU generator seeded with 0.
+    max_iter : int, optional
+        Cap on the Lloyd iterations of each restart, at least 1.
+
+    Returns
+    -------
+    KMedian
+        ``objective`` (0-dim, best restart), ``centres`` ``[K', V]`` with K' = min(K, M),
+        ``assignment`` ``[M]``, ``restart_objectives`` ``[restarts]``, ``spread`` (0-dim,
+        max - min over restarts) and ``n_iter`` of the best restart.
     """
     if P.dim() != 2:
         raise ValueError("P must have shape [M, V]")
