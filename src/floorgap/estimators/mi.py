@@ -62,6 +62,24 @@ def log_mixture(logp: Tensor, logw: Tensor | None = None, dim: int = -1) -> Tens
     """log( sum_s w_s p_s / sum_s w_s ) from log p_s and log w_s (uniform w by default).
 
     Stable for arbitrarily small probabilities: both sums go through logsumexp.
+
+    This is the mixture behind the blind and the partly conditioned losses C_{k,0} and C_{k,m}
+    (paper App. A.3, B.2).
+
+    Parameters
+    ----------
+    logp : Tensor
+        Log-probabilities log p_s of the mixture components, the components on ``dim``.
+    logw : Tensor or None, optional
+        Log-weights log w_s, broadcastable to ``logp``; -inf removes a component. None gives
+        every component the same weight.
+    dim : int, optional
+        The dimension that holds the components s.
+
+    Returns
+    -------
+    Tensor
+        The log of the weighted mean of the p_s: ``logp``'s shape without ``dim``.
     """
     if logw is None:
         n = logp.shape[dim]
@@ -71,7 +89,23 @@ def log_mixture(logp: Tensor, logw: Tensor | None = None, dim: int = -1) -> Tens
 
 
 def kish_ess_log(logw: Tensor, dim: int = -1) -> Tensor:
-    """Kish effective sample size (sum w)^2 / sum w^2 of weights given as logs."""
+    """Kish effective sample size (sum w)^2 / sum w^2 of weights given as logs.
+
+    It measures how many prefixes effectively carry the self-normalised reveal weights behind
+    C_{k,m}, the quantity the ESS gates act on (paper App. C.5, D.3).
+
+    Parameters
+    ----------
+    logw : Tensor
+        Log-weights log w_s; -inf entries count as weight zero.
+    dim : int, optional
+        The dimension that holds the weights.
+
+    Returns
+    -------
+    Tensor
+        The ESS, between 1 and the number of nonzero weights: ``logw``'s shape without ``dim``.
+    """
     return torch.exp(2.0 * torch.logsumexp(logw, dim=dim) - torch.logsumexp(2.0 * logw, dim=dim))
 
 
@@ -99,6 +133,28 @@ def mi_cell_losses(
     mixture and every conditioned mixture; of shape (..., S, J) it weights only the
     conditioned ones (the blind mixture is then uniform), which lets enumerated prefix sets
     differ by order.
+
+    Parameters
+    ----------
+    logp_teacher : Tensor
+        ``[...]`` log p(Z_k | X, Z_<k): the realised token scored on its own prefix.
+    logp_blind : Tensor
+        ``[..., S]`` log p(Z_k | X, S_s) for S prefixes drawn independently of the realised path.
+    logp_cond : Tensor
+        ``[..., S, J]`` log p(Z_k | X, S_s[:k-m_j], Z_{k-m_j..k-1}): the sampled prefixes with their
+        last m_j tokens replaced by the realised ones, for J orders m_j.
+    logw_reveal : Tensor
+        ``[..., S, J]`` log p(Z_{k-m_j..k-1} | X, S_s[:k-m_j]), the importance weight of each
+        truncated prefix.
+    logw_prefix : Tensor or None, optional
+        ``[..., S]`` or ``[..., S, J]`` log weights of the prefixes themselves (see above). None
+        when the prefixes are draws from the target (weight 1 each).
+
+    Returns
+    -------
+    MICellLosses
+        ``c_kk`` and ``c_k0`` ``[...]`` and ``c_km`` ``[..., J]``, all in nats, and ``ess``
+        ``[..., J]``, the Kish ESS of the weights behind each c_km.
     """
     if logp_cond.shape != logw_reveal.shape:
         raise ValueError("logp_cond and logw_reveal must both be (..., S, J)")
@@ -118,7 +174,23 @@ def mi_cell_losses(
 
 
 def recovery_terms(losses: MICellLosses) -> tuple[Tensor, Tensor]:
-    """(n, d): n_{i,k,m} = C_{k,0} - C_{k,m} (..., J) and d_{i,k} = C_{k,0} - C_{k,k} (...)."""
+    """(n, d): n_{i,k,m} = C_{k,0} - C_{k,m} (..., J) and d_{i,k} = C_{k,0} - C_{k,k} (...).
+
+    These are the per-cell numerator and denominator of rho_{k,m} (paper App. B.2); in
+    expectation d is I(Z_k; Z_<k | X) and n is I(Z_k; Z_{k-m..k-1} | X) (paper App. A.3).
+
+    Parameters
+    ----------
+    losses : MICellLosses
+        The cell losses from :func:`mi_cell_losses`.
+
+    Returns
+    -------
+    n : Tensor
+        ``[..., J]`` n_{i,k,m} = C_{k,0} - C_{k,m} in nats, one per order m.
+    d : Tensor
+        ``[...]`` d_{i,k} = C_{k,0} - C_{k,k} in nats, the missing information of the cell.
+    """
     return losses.c_k0.unsqueeze(-1) - losses.c_km, losses.c_k0 - losses.c_kk
 
 
@@ -127,6 +199,22 @@ def screen_anchors(values: Tensor, threshold: float = SCREEN_THRESHOLD_NATS) -> 
 
     ``values`` are the final-slot d estimates from an independent screening pass; the
     recovery measurement itself re-estimates d from fresh paths.
+
+    See paper App. B.2 for the screening pass.
+
+    Parameters
+    ----------
+    values : Tensor
+        Final-slot missing-information estimates d in nats, one per anchor (any shape, e.g.
+        ``[A]``).
+    threshold : float, optional
+        The cut-off in nats (0.05 by default, as in the paper).
+
+    Returns
+    -------
+    Tensor
+        Boolean mask of ``values``' shape: True for the anchors that get the recovery
+        measurement.
     """
     return values > threshold
 
@@ -143,6 +231,18 @@ def leave_one_out_missing_information(logp_cross: Tensor) -> Tensor:
 
     Every d_r estimates I(Z_k; Z_<k | X) with S - 1 prefixes; their mean is the screening
     value of B.2 at the final slot.
+
+    This is the screening estimator of paper App. B.2.
+
+    Parameters
+    ----------
+    logp_cross : Tensor
+        ``[..., S, S]`` with S >= 2: entry [r, s] is log p(Z_k^(r) | X, Z^(s)_<k).
+
+    Returns
+    -------
+    Tensor
+        ``[..., S]`` the per-path missing information d_r in nats.
     """
     S = logp_cross.shape[-1]
     if S < 2 or logp_cross.shape[-2] != S:
@@ -185,6 +285,27 @@ def recovery_fraction(n: Tensor, d: Tensor, pi: Tensor | None = None, mask: Tens
     ``n`` (A, K, J), ``d`` (A, K), ``pi`` (A,), ``mask`` (A, K, J) bool: which anchor-slot-order
     cells enter (e.g. m < k and an ESS gate).  A dropped cell leaves both sums for that order.
     Slots with no cells give NaN.
+
+    The ratio is the Hajek-weighted estimator of paper App. B.2 for the fraction defined in paper
+    Sec. 3.2.
+
+    Parameters
+    ----------
+    n : Tensor
+        ``[A, K, J]`` numerator terms n_{i,k,m} in nats, for A anchors, K slots and J orders.
+    d : Tensor
+        ``[A, K]`` denominator terms d_{i,k} in nats.
+    pi : Tensor or None, optional
+        ``[A]`` inclusion probabilities pi_i of the anchors; None weights them equally.
+    mask : Tensor or None, optional
+        ``[A, K, J]`` (or broadcastable) bool: the cells that enter. None keeps every cell;
+        cells with a non-finite n or d never enter.
+
+    Returns
+    -------
+    RecoveryEstimate
+        ``per_slot`` rho ``[K, J]``, ``pooled`` rho ``[J]`` (numerators and denominators summed
+        over slots), and the cell counts ``n_cells`` ``[K, J]`` and ``n_cells_pooled`` ``[J]``.
     """
     num, den, mf = _num_den(n, d, mask)
     w = torch.ones(n.shape[0], dtype=n.dtype, device=n.device) if pi is None else 1.0 / pi.to(n.dtype)
@@ -221,6 +342,36 @@ def recovery_bootstrap(
     """Percentile intervals for rho_{k,m} as ratios of resampled sums (Table 4).
 
     Per-slot and pooled statistics are resampled together in one call, so they are paired.
+
+    Prompts are resampled with all their anchors, as in paper App. B.2; the intervals are those
+    of Table 4 (paper App. D.3).
+
+    Parameters
+    ----------
+    n : Tensor
+        ``[A, K, J]`` numerator terms n_{i,k,m} in nats.
+    d : Tensor
+        ``[A, K]`` denominator terms d_{i,k} in nats.
+    clusters : Tensor or Sequence[Hashable]
+        ``[A]`` the prompt of each anchor; a prompt's anchors are drawn together.
+    pi : Tensor or None, optional
+        ``[A]`` inclusion probabilities pi_i; None weights anchors equally.
+    mask : Tensor or None, optional
+        ``[A, K, J]`` bool, the cells that enter (as in :func:`recovery_fraction`).
+    n_boot : int, optional
+        Number of bootstrap replicates B.
+    seed : int, optional
+        Seed of the resampling.
+    level : float, optional
+        Coverage of the percentile interval (0.95: the 2.5th and 97.5th percentiles).
+    return_replicates : bool, optional
+        Keep the replicates (``[B, K, J]`` and ``[B, J]``) in the results.
+
+    Returns
+    -------
+    RecoveryBootstrap
+        ``per_slot`` (``[K, J]``) and ``pooled`` (``[J]``) bootstrap results, each with the
+        estimate and its lower and upper bounds, from the same resamples.
     """
     num, den, _ = _num_den(n, d, mask)
     A, K, J = n.shape
@@ -256,6 +407,27 @@ def ess_gate_sensitivity(
     """rho recomputed on the cells whose ESS >= each threshold (App. C.5, D.3).
 
     ``ess`` is (A, K, J) like ``n``; a threshold of 0 keeps every cell in ``mask``.
+
+    Parameters
+    ----------
+    n : Tensor
+        ``[A, K, J]`` numerator terms n_{i,k,m} in nats.
+    d : Tensor
+        ``[A, K]`` denominator terms d_{i,k} in nats.
+    ess : Tensor
+        ``[A, K, J]`` Kish ESS of each cell's reveal weights (``MICellLosses.ess``).
+    thresholds : Sequence[float]
+        The ESS cut-offs to try (the paper uses 0, 32 and M/2).
+    pi : Tensor or None, optional
+        ``[A]`` inclusion probabilities pi_i; None weights anchors equally.
+    mask : Tensor or None, optional
+        ``[A, K, J]`` bool, the cells eligible before any gate.
+
+    Returns
+    -------
+    list[tuple[float, RecoveryEstimate]]
+        One pair per threshold, in the given order: the threshold and rho on the cells that
+        pass it (paper App. C.5).
     """
     base = _cell_mask(n, mask)
     return [(float(t), recovery_fraction(n, d, pi, base & (ess >= t))) for t in thresholds]

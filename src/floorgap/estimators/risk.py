@@ -41,7 +41,25 @@ __all__ = [
 
 
 def acceptance(p: Tensor, q: Tensor, dim: int = -1) -> Tensor:
-    """Pairwise acceptance alpha(p, q) = sum_v min(p(v), q(v)) = 1 - TV(p, q) (Sec. 2)."""
+    """Pairwise acceptance alpha(p, q) = sum_v min(p(v), q(v)) = 1 - TV(p, q) (Sec. 2).
+
+    Its complement 1 - alpha is the per-slot rejection probability that R_k averages (paper Sec. 2,
+    App. A.1).
+
+    Parameters
+    ----------
+    p : Tensor
+        Target distribution p_k, ``[..., V]``.
+    q : Tensor
+        Proposal q_k, broadcastable against ``p``.
+    dim : int, optional
+        The vocabulary dimension that is summed over.
+
+    Returns
+    -------
+    Tensor
+        alpha(p, q) in [0, 1]: the broadcast shape without ``dim``.
+    """
     return torch.minimum(p, q).sum(dim)
 
 
@@ -50,6 +68,23 @@ def anchor_risk(p: Tensor, q: Tensor, path_dim: int = -2) -> Tensor:
 
     ``p`` and ``q`` are (..., M, V) with paths on ``path_dim`` and the vocabulary last;
     ``q`` broadcasts (an order-0 proposal that is one row for all paths may be (..., 1, V)).
+
+    This is the per-anchor drafter risk of paper App. B.5, the R_k of paper Sec. 2.
+
+    Parameters
+    ----------
+    p : Tensor
+        ``[..., M, V]`` the target's next-token distributions p_k^(r) on the M paths.
+    q : Tensor
+        The proposals q_k^(r) on the same paths, broadcastable against ``p``.
+    path_dim : int, optional
+        The path dimension; it must not be the last (vocabulary) one.
+
+    Returns
+    -------
+    Tensor
+        R_k(x), the path mean of the TVs: the broadcast shape without the path and vocabulary
+        dimensions, e.g. ``[...]``.
     """
     p, q = torch.broadcast_tensors(p, q)
     d = path_dim % p.dim()
@@ -60,22 +95,90 @@ def anchor_risk(p: Tensor, q: Tensor, path_dim: int = -2) -> Tensor:
 
 
 def oracle_risk(p: Tensor, q_oracle: Tensor, path_dim: int = -2) -> Tensor:
-    """R_k^oracle = E[TV(p_k, q_{D,k}(. | X, Z_{k-1}))]: q fed the target's realised predecessor."""
+    """R_k^oracle = E[TV(p_k, q_{D,k}(. | X, Z_{k-1}))]: q fed the target's realised predecessor.
+
+    Defined in paper Sec. 3.3 (estimated as in paper App. E.2); the path average is that of
+    :func:`anchor_risk`.
+
+    Parameters
+    ----------
+    p : Tensor
+        ``[..., M, V]`` the target's p_k on the M target paths.
+    q_oracle : Tensor
+        The drafter's proposal at slot k when fed the target's realised predecessor Z_{k-1},
+        broadcastable against ``p``.
+    path_dim : int, optional
+        The path dimension; it must not be the last (vocabulary) one.
+
+    Returns
+    -------
+    Tensor
+        R_k^oracle at each anchor, ``[...]``.
+    """
     return anchor_risk(p, q_oracle, path_dim)
 
 
 def self_risk(p: Tensor, q_self: Tensor, path_dim: int = -2) -> Tensor:
-    """R_k^self: q fed the drafter's own sampled predecessor, scored against the target's p_k."""
+    """R_k^self: q fed the drafter's own sampled predecessor, scored against the target's p_k.
+
+    Defined with the decomposition of paper Sec. 3.3 (estimated as in paper App. E.2); the path
+    average is that of :func:`anchor_risk`.
+
+    Parameters
+    ----------
+    p : Tensor
+        ``[..., M, V]`` the target's p_k on the M target paths.
+    q_self : Tensor
+        The drafter's proposal at slot k when fed its own sampled predecessor, broadcastable
+        against ``p``.
+    path_dim : int, optional
+        The path dimension; it must not be the last (vocabulary) one.
+
+    Returns
+    -------
+    Tensor
+        R_k^self at each anchor, ``[...]``.
+    """
     return anchor_risk(p, q_self, path_dim)
 
 
 def model_gap(risk: Tensor, floor: Tensor) -> Tensor:
-    """Model gap G_k^(m) = R_k - T_k^(m), formed within each anchor (paired)."""
+    """Model gap G_k^(m) = R_k - T_k^(m), formed within each anchor (paired).
+
+    See paper Sec. 2 (definition) and Sec. 3.3 (the paired estimates).
+
+    Parameters
+    ----------
+    risk : Tensor
+        Drafter risk per anchor: R_k, or R_k^oracle for the order-1 gap G_k^(1).
+    floor : Tensor
+        Information floor T_k^(m) on the same anchors, broadcastable against ``risk``.
+
+    Returns
+    -------
+    Tensor
+        G_k^(m) per anchor, the broadcast shape.
+    """
     return risk - floor
 
 
 def exposure(r_self: Tensor, r_oracle: Tensor) -> Tensor:
-    """Exposure difference E_k^expo = R_k^self - R_k^oracle."""
+    """Exposure difference E_k^expo = R_k^self - R_k^oracle.
+
+    It is the third term of the decomposition of R_k^self in paper Sec. 3.3 (App. E.2).
+
+    Parameters
+    ----------
+    r_self : Tensor
+        R_k^self per anchor (drafter fed its own sampled predecessor).
+    r_oracle : Tensor
+        R_k^oracle on the same anchors, broadcastable against ``r_self``.
+
+    Returns
+    -------
+    Tensor
+        E_k^expo per anchor, the broadcast shape.
+    """
     return r_self - r_oracle
 
 
@@ -94,6 +197,23 @@ def decompose_self_risk(r_self: Tensor, r_oracle: Tensor, floor: Tensor) -> Self
 
     The identity is exact by construction; components are per anchor so they can be
     aggregated (and bootstrapped) before rounding.
+
+    See also paper App. E.2 and H.5 for the reported decompositions.
+
+    Parameters
+    ----------
+    r_self : Tensor
+        R_k^self per anchor (and slot).
+    r_oracle : Tensor
+        R_k^oracle on the same anchors.
+    floor : Tensor
+        The order-1 floor T_k^(1) on the same anchors.
+
+    Returns
+    -------
+    SelfRiskDecomposition
+        ``floor``, ``gap`` (G_k^(1)), ``exposure`` (E_k^expo) and their sum ``total``, which
+        equals ``r_self`` up to rounding; elementwise per anchor.
     """
     gap = model_gap(r_oracle, floor)
     exp = exposure(r_self, r_oracle)
@@ -129,6 +249,25 @@ def warp_logits(
 
     At temperature 1 with top_p = 1 and no top_k it is exactly the softmax.  Applied to the
     target and to the proposal alike, so TV, R and floors are measured under one law (C.7).
+
+    See paper App. C.7 for the sampling laws compared.
+
+    Parameters
+    ----------
+    logits : Tensor
+        ``[..., V]`` unnormalised log-probabilities.
+    temperature : float, optional
+        Temperature T > 0; the logits are divided by it.
+    top_p : float, optional
+        Nucleus mass in (0, 1]; 1 keeps every token.
+    top_k : int or None, optional
+        Number of most likely tokens kept (ties with the k-th are kept too); None, 0 or at
+        least V keeps every token.
+
+    Returns
+    -------
+    Tensor
+        ``[..., V]`` probabilities of the warped law, zero outside the kept tokens.
     """
     if temperature <= 0:
         raise ValueError("temperature must be positive")
@@ -146,6 +285,25 @@ def warp_probs(
     """The same warp on probabilities: p^(1/T) renormalised, then top-k and top-p.
 
     Zero-probability tokens stay at zero; equals ``warp_logits(log p, ...)``.
+
+    Used like :func:`warp_logits` to put both sides under one sampling law (paper App. C.7).
+
+    Parameters
+    ----------
+    probs : Tensor
+        ``[..., V]`` probabilities (rows need not be exactly normalised).
+    temperature : float, optional
+        Temperature T > 0; p is raised to the power 1/T and renormalised.
+    top_p : float, optional
+        Nucleus mass in (0, 1]; 1 keeps every token.
+    top_k : int or None, optional
+        Number of most likely tokens kept (ties with the k-th are kept too); None, 0 or at
+        least V keeps every token.
+
+    Returns
+    -------
+    Tensor
+        ``[..., V]`` probabilities of the warped law, zero outside the kept tokens.
     """
     if temperature <= 0:
         raise ValueError("temperature must be positive")

@@ -70,7 +70,26 @@ def task_row_counts(rows_per_task: Sequence[int], tasks: Sequence[str],
                     n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_BOOT_SEED) -> list[Tensor]:
     """The bootstrap counts of every task's rows, [B, rows_d] each: task d's rows are redrawn
     with replacement from a generator keyed by (seed, task name), so adding or dropping a task
-    leaves the other tasks' draws as they were."""
+    leaves the other tasks' draws as they were.
+
+    Rows are the statistical unit of the served comparisons (paper App. H.3).
+
+    Parameters
+    ----------
+    rows_per_task : Sequence[int]
+        The number of rows of each task (at least 1 each).
+    tasks : Sequence[str]
+        The task names, one per entry of ``rows_per_task``; each keys its task's generator.
+    n_boot : int, optional
+        Number of bootstrap replicates B.
+    seed : int, optional
+        Base seed from which each task's seed is derived.
+
+    Returns
+    -------
+    list[Tensor]
+        One ``[B, rows_d]`` tensor per task: how many times each row is drawn in each replicate.
+    """
     from floorgap.seeds import derive_seed
 
     if len(rows_per_task) != len(tasks):
@@ -104,7 +123,25 @@ def _ratio_by_task(num: Sequence[Tensor], den: Sequence[Tensor], counts: Sequenc
 def accepted_length_by_task(completion: Sequence[Tensor], verify: Sequence[Tensor],
                             counts: Sequence[Tensor], level: float = 0.95) -> ServedEstimate:
     """tau_{d,c} = sum_r n_r^completion / sum_r n_r^verify per task d and cell c (App. H.3).
-    ``completion``/``verify``: per task [cells, rows]; ``counts``: :func:`task_row_counts`."""
+    ``completion``/``verify``: per task [cells, rows]; ``counts``: :func:`task_row_counts`.
+
+    Parameters
+    ----------
+    completion : Sequence[Tensor]
+        Per task, ``[cells, rows]`` completion tokens n_r^completion.
+    verify : Sequence[Tensor]
+        Per task, ``[cells, rows]`` verification steps n_r^verify; every cell needs a positive
+        total.
+    counts : Sequence[Tensor]
+        Per task, ``[B, rows]`` bootstrap counts from :func:`task_row_counts`.
+    level : float, optional
+        Coverage of the percentile interval.
+
+    Returns
+    -------
+    ServedEstimate
+        tau ``[tasks, cells]``, its replicates ``[B, tasks, cells]`` and the interval bounds.
+    """
     for v in verify:
         if (v.sum(1) <= 0).any():
             raise ValueError("a cell has no verification step: tau is undefined there")
@@ -114,7 +151,24 @@ def accepted_length_by_task(completion: Sequence[Tensor], verify: Sequence[Tenso
 def run_time_shares(run_wall: Tensor, latency: Tensor) -> Tensor:
     """Each row's share w_r t_r of its run's wall time: the run's time [cells] split among its
     rows [cells, rows] in proportion to their request latencies (so the shares add up to the
-    run's wall time)."""
+    run's wall time).
+
+    These shares make the throughput of a row resample well defined (paper App. H.4).
+
+    Parameters
+    ----------
+    run_wall : Tensor
+        ``[cells]`` wall time of each client-side run.
+    latency : Tensor
+        ``[cells, rows]`` request latency of each row in that run (same time unit); every run
+        needs a positive total.
+
+    Returns
+    -------
+    Tensor
+        ``[cells, rows]`` float64 time shares w_r t_r; each row of the result sums to the run's
+        wall time.
+    """
     lat = latency.double()
     total = lat.sum(1, keepdim=True)
     if (total <= 0).any():
@@ -127,7 +181,27 @@ def speedup_by_task(completion: Sequence[Tensor], time_share: Sequence[Tensor],
                     level: float = 0.95) -> ServedEstimate:
     """S_{d,c} = thr_{d,c} / thr_{d,baseline[c]}, throughput thr = sum n_r / sum w_r t_r per
     task d (App. H.4): ``baseline[c]`` is the cell of AR decoding at cell c's setting (an AR
-    cell is its own baseline, S = 1). ``time_share`` from :func:`run_time_shares`."""
+    cell is its own baseline, S = 1). ``time_share`` from :func:`run_time_shares`.
+
+    Parameters
+    ----------
+    completion : Sequence[Tensor]
+        Per task, ``[cells, rows]`` completion tokens n_r^completion.
+    time_share : Sequence[Tensor]
+        Per task, ``[cells, rows]`` time shares w_r t_r.
+    baseline : Sequence[int]
+        For each cell c, the index of the AR cell at the same setting.
+    counts : Sequence[Tensor]
+        Per task, ``[B, rows]`` bootstrap counts from :func:`task_row_counts`.
+    level : float, optional
+        Coverage of the percentile interval.
+
+    Returns
+    -------
+    ServedEstimate
+        S ``[tasks, cells]`` (1 at AR cells), its replicates ``[B, tasks, cells]`` and the
+        interval bounds.
+    """
     thr = _ratio_by_task(completion, time_share, counts, level)
     idx = torch.as_tensor(list(baseline), dtype=torch.long)
     est = thr.estimate / thr.estimate[:, idx]
@@ -140,7 +214,26 @@ def served_macro(stat: ServedEstimate, groups: Sequence[Sequence[int]] | None = 
                  tasks: Sequence[int] | None = None) -> ServedEstimate:
     """The equal mean over tasks (and, with ``groups``, over the cells of each group first, e.g.
     a drafter's concurrency levels: the paper averages tau over C within a task, then over
-    tasks). Returns one row, [1, groups or cells]."""
+    tasks). Returns one row, [1, groups or cells].
+
+    This is tau_macro and the macro speedup (paper App. H.3, H.4).
+
+    Parameters
+    ----------
+    stat : ServedEstimate
+        A per-task statistic, ``[tasks, cells]``.
+    groups : Sequence[Sequence[int]] or None, optional
+        Cell indices of each group, averaged within a task before the task mean; None keeps
+        the cells as they are.
+    tasks : Sequence[int] or None, optional
+        Indices of the tasks to average; None takes every task.
+
+    Returns
+    -------
+    ServedEstimate
+        The macro mean ``[1, groups or cells]``, its replicates ``[B, 1, groups or cells]`` and
+        the interval bounds.
+    """
     if groups is not None:
         stat = group_cells(stat, groups)
     est, reps = stat.estimate, stat.replicates
@@ -153,7 +246,23 @@ def served_macro(stat: ServedEstimate, groups: Sequence[Sequence[int]] | None = 
 
 
 def group_cells(stat: ServedEstimate, groups: Sequence[Sequence[int]]) -> ServedEstimate:
-    """Per task, the mean over the cells of each group ([tasks, groups])."""
+    """Per task, the mean over the cells of each group ([tasks, groups]).
+
+    The paper averages tau over concurrency levels within a task this way (paper App. H.3).
+
+    Parameters
+    ----------
+    stat : ServedEstimate
+        A per-task statistic, ``[tasks, cells]``.
+    groups : Sequence[Sequence[int]]
+        Cell indices of each group.
+
+    Returns
+    -------
+    ServedEstimate
+        The group means ``[tasks, groups]``, replicates ``[B, tasks, groups]`` and the interval
+        bounds.
+    """
     est = torch.stack([stat.estimate[:, list(g)].mean(1) for g in groups], 1)
     reps = torch.stack([stat.replicates[:, :, list(g)].mean(2) for g in groups], 2)
     lo, hi = percentile_interval(reps, stat.level)
@@ -163,7 +272,23 @@ def group_cells(stat: ServedEstimate, groups: Sequence[Sequence[int]]) -> Served
 def round_accepted_length(p_tok: Tensor, q_tok: Tensor) -> Tensor:
     """tau_hat_r = 1 + sum_k prod_{j<=k} min(1, q_j(y_j) / p_j(y_j)) per round: ``p_tok`` and
     ``q_tok`` [rounds, gamma] are the target's and the proposal's probabilities of the served
-    continuation's tokens -> [rounds] (module docstring)."""
+    continuation's tokens -> [rounds] (module docstring).
+
+    It is the offline tau of paper Sec. 2 on one round, the served-against-offline check of paper
+    App. H.3.
+
+    Parameters
+    ----------
+    p_tok : Tensor
+        ``[rounds, gamma]`` the target's probabilities p_j(y_j) of the served tokens.
+    q_tok : Tensor
+        ``[rounds, gamma]`` the proposal's probabilities q_j(y_j) of the same tokens.
+
+    Returns
+    -------
+    Tensor
+        ``[rounds]`` float64 tau_hat_r, between 1 and gamma + 1.
+    """
     from .serving import accept_factors, accepted_length, survival_products
 
     if p_tok.shape != q_tok.shape or p_tok.dim() != 2:
@@ -189,7 +314,24 @@ class AcceptanceTest:
 def acceptance_test(accepted: Tensor, tv: Tensor) -> AcceptanceTest:
     """The module docstring's test from the served rounds' accepted drafts J_r ``accepted``
     [rounds] and TV(p_j, q_j) along the accepted prefix ``tv`` [rounds, gamma]: slot j of round
-    r is a trial when j <= J_r (j < gamma), a success when j < J_r."""
+    r is a trial when j <= J_r (j < gamma), a success when j < J_r.
+
+    It checks the served acceptances against the offline prediction (paper App. H.3).
+
+    Parameters
+    ----------
+    accepted : Tensor
+        ``[rounds]`` integer accepted drafts J_r, each in [0, gamma].
+    tv : Tensor
+        ``[rounds, gamma]`` TV(p_j, q_j) at each slot along the accepted prefix; entries after
+        the last trial of a round are not read and may be NaN.
+
+    Returns
+    -------
+    AcceptanceTest
+        The number of trials, the observed and expected successes and the variance; its ``z``
+        is the standardised difference.
+    """
     acc = accepted.long()
     gamma = tv.shape[-1]
     if tv.dim() != 2 or acc.shape != tv.shape[:1]:
@@ -210,7 +352,23 @@ def acceptance_test(accepted: Tensor, tv: Tensor) -> AcceptanceTest:
 def lossless_z(score: Tensor, variance: Tensor) -> float:
     """z = sum s_i / sqrt(sum v_i) of the module docstring's lossless test from per-token (or
     per-round summed) scores s = log p(y) + H(p) and variances v = Var_p[log p]; NaN entries
-    (rounds without a law, temperature 0) are skipped."""
+    (rounds without a law, temperature 0) are skipped.
+
+    It checks that the served engine samples the target's law (paper App. H.3).
+
+    Parameters
+    ----------
+    score : Tensor
+        Scores s = log p(y) + H(p) in nats, per token or summed per round; any shape.
+    variance : Tensor
+        The matching variances Var_p[log p], same shape as ``score``.
+
+    Returns
+    -------
+    float
+        z, approximately standard normal for a lossless engine; NaN when the total variance is
+        not positive.
+    """
     keep = ~(torch.isnan(score) | torch.isnan(variance))
     total = float(variance[keep].double().sum())
     if total <= 0:

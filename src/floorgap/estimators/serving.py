@@ -64,17 +64,57 @@ def accept_factors(p_tok: Tensor, q_tok: Tensor) -> Tensor:
 
     Written as q >= p -> 1 so that a token the target gives zero mass (possible only under a
     truncated law and a caller bug) does not produce NaN.
+
+    See paper App. A.1 (Table 2) for a_i and paper Sec. 2 for its role in tau.
+
+    Parameters
+    ----------
+    p_tok : Tensor
+        The target's probabilities p_i(Z_i) of the realised tokens, e.g. ``[..., M, gamma]``.
+    q_tok : Tensor
+        The proposal's probabilities q_i(Z_i) of the same tokens, same shape.
+
+    Returns
+    -------
+    Tensor
+        The accept factors a_i in [0, 1], same shape as the inputs.
     """
     return torch.where(q_tok >= p_tok, torch.ones_like(q_tok), q_tok / p_tok)
 
 
 def survival_products(a: Tensor) -> Tensor:
-    """Per-path prod_{i<=k} a_i along the slot dim (inclusive cumulative product)."""
+    """Per-path prod_{i<=k} a_i along the slot dim (inclusive cumulative product).
+
+    Their path mean is the joint survival S_k that gives tau (paper Sec. 2).
+
+    Parameters
+    ----------
+    a : Tensor
+        Accept factors a_i with slots on the last dim, e.g. ``[..., M, gamma]``.
+
+    Returns
+    -------
+    Tensor
+        Same shape: entry k is prod_{i<=k} a_i.
+    """
     return torch.cumprod(a, dim=-1)
 
 
 def reach(a: Tensor) -> Tensor:
-    """Per-path reach W_{k-1} = prod_{i<k} a_i, with W_{-1} = 1 for slot 0."""
+    """Per-path reach W_{k-1} = prod_{i<k} a_i, with W_{-1} = 1 for slot 0.
+
+    The reach weights the serving risk (paper Sec. 3.5, App. F.1).
+
+    Parameters
+    ----------
+    a : Tensor
+        Accept factors a_i with slots on the last dim, e.g. ``[..., M, gamma]``.
+
+    Returns
+    -------
+    Tensor
+        Same shape: entry k is W_{k-1}.
+    """
     ones = torch.ones_like(a[..., :1])
     return torch.cat([ones, torch.cumprod(a[..., :-1], dim=-1)], dim=-1)
 
@@ -99,28 +139,95 @@ def serving_risk_sums(a: Tensor, tv: Tensor) -> ServeRiskSums:
     """Numerator and denominator of R^serve_k = E[W_{k-1} TV_k] / E[W_{k-1}] per anchor (eq. 6).
 
     ``a`` and ``tv`` are (..., M, gamma); TV is the per-path TV(p_k^(r), q_k^(r)).
+
+    See paper Sec. 3.5 for eq. 6 and paper App. F.1 for the ratio of population sums.
+
+    Parameters
+    ----------
+    a : Tensor
+        ``[..., M, gamma]`` accept factors a_i on the M paths.
+    tv : Tensor
+        ``[..., M, gamma]`` TV(p_k^(r), q_k^(r)) on the same paths.
+
+    Returns
+    -------
+    ServeRiskSums
+        ``num`` = E_paths[W_{k-1} TV_k] and ``den`` = E_paths[W_{k-1}], each ``[..., gamma]``.
     """
     w = reach(a)
     return ServeRiskSums(num=(w * tv).mean(-2), den=w.mean(-2))
 
 
 def joint_survival(a: Tensor) -> Tensor:
-    """S_k = E[prod_{i<=k} a_i] per anchor (path mean) -> (..., gamma)."""
+    """S_k = E[prod_{i<=k} a_i] per anchor (path mean) -> (..., gamma).
+
+    See paper Sec. 2 (tau) and App. F.2 (the numerator of D_k).
+
+    Parameters
+    ----------
+    a : Tensor
+        ``[..., M, gamma]`` accept factors a_i on the M paths.
+
+    Returns
+    -------
+    Tensor
+        ``[..., gamma]`` S_k per anchor.
+    """
     return survival_products(a).mean(-2)
 
 
 def marginal_acceptance(a: Tensor) -> Tensor:
-    """E[a_k] per anchor (path mean of the realised accept factors) -> (..., gamma)."""
+    """E[a_k] per anchor (path mean of the realised accept factors) -> (..., gamma).
+
+    These are the marginals of the independence approximation (paper App. F.2).
+
+    Parameters
+    ----------
+    a : Tensor
+        ``[..., M, gamma]`` accept factors a_i on the M paths.
+
+    Returns
+    -------
+    Tensor
+        ``[..., gamma]`` E[a_k] per anchor.
+    """
     return a.mean(-2)
 
 
 def accepted_length(survival: Tensor) -> Tensor:
-    """tau = 1 + sum_k S_k from joint survival (..., gamma)."""
+    """tau = 1 + sum_k S_k from joint survival (..., gamma).
+
+    See paper Sec. 2 for the identity.
+
+    Parameters
+    ----------
+    survival : Tensor
+        ``[..., gamma]`` joint survival S_k (or per-path survival products).
+
+    Returns
+    -------
+    Tensor
+        ``[...]`` the expected returned length tau (a per-path value when given per-path
+        products).
+    """
     return 1.0 + survival.sum(-1)
 
 
 def independent_accepted_length(marginal: Tensor) -> Tensor:
-    """tau under independence: 1 + sum_k prod_{i<=k} E[a_i]."""
+    """tau under independence: 1 + sum_k prod_{i<=k} E[a_i].
+
+    This is the tau that ignores dependence among accept factors (paper App. F.2).
+
+    Parameters
+    ----------
+    marginal : Tensor
+        ``[..., gamma]`` marginal acceptances E[a_k].
+
+    Returns
+    -------
+    Tensor
+        ``[...]`` tau under independence.
+    """
     return 1.0 + torch.cumprod(marginal, dim=-1).sum(-1)
 
 
@@ -128,7 +235,20 @@ def risk_bound_accepted_length(r: float, gamma: int) -> float:
     """The least accepted length a drafter whose per-slot risks are all at most r can have
     (paper App. F.3): by the union bound E[prod_{i<=j} a_i] >= 1 - sum_{i<=j} R_i
     >= [1 - (j + 1) r]_+, so tau >= 1 + sum_{j<gamma} [1 - (j + 1) r]_+. No independence
-    between slots is assumed."""
+    between slots is assumed.
+
+    Parameters
+    ----------
+    r : float
+        Common upper bound on the per-slot risks R_k, in [0, 1].
+    gamma : int
+        Block length (at least 1).
+
+    Returns
+    -------
+    float
+        The least accepted length, 1 + sum_{j<gamma} [1 - (j + 1) r]_+.
+    """
     if gamma < 1:
         raise ValueError("gamma must be >= 1")
     return 1.0 + sum(max(0.0, 1.0 - (j + 1) * float(r)) for j in range(gamma))
@@ -142,6 +262,18 @@ def largest_risk_lower_bound(tau: float, gamma: int) -> float:
     tau < f(r) for every r below r_min = inf{r : f(r) <= tau}. Closed form: where exactly n
     terms are positive, f(r) = 1 + n - r n (n + 1) / 2, solved on that piece. With gamma = 1,
     tau = 1 + E[a_0] exactly and r_min = 2 - tau = R_0.
+
+    Parameters
+    ----------
+    tau : float
+        Reported accepted length (at least 1).
+    gamma : int
+        Block length (at least 1).
+
+    Returns
+    -------
+    float
+        r_min in [0, 1]; 0 when tau >= gamma + 1.
     """
     if gamma < 1:
         raise ValueError("gamma must be >= 1")
@@ -162,6 +294,18 @@ def dependence_ratio(joint: Tensor, marginal: Tensor) -> Tensor:
     """D_k = E[prod_{i<=k} a_i] / prod_{i<=k} E[a_i] (App. F.2); D_0 = 1 by construction.
 
     Pass population (Hajek) means, or bootstrap replicates (B x gamma) of both.
+
+    Parameters
+    ----------
+    joint : Tensor
+        ``[..., gamma]`` joint survival S_k, e.g. population means or ``[B, gamma]`` replicates.
+    marginal : Tensor
+        ``[..., gamma]`` marginal acceptances E[a_k] of the same population.
+
+    Returns
+    -------
+    Tensor
+        ``[..., gamma]`` D_k.
     """
     return joint / torch.cumprod(marginal, dim=-1)
 
@@ -174,6 +318,21 @@ def exact_chain_survival(p_tables: Sequence[Tensor], q_tables: Sequence[Tensor])
     proposed with prob q(z) and kept with prob min(1, p(z)/q(z)), i.e. kept jointly with
     prob min(p, q)(z); so Pr(J >= j+1) = sum_{z_<=j} prod_{i<=j} min(p_i, q_i)(z_i | z_<i).
     Reference for the identity S_j = E_mu[prod_{i<=j} a_i] on target paths.
+
+    The identity is the survival form of tau in paper Sec. 2.
+
+    Parameters
+    ----------
+    p_tables : Sequence[Tensor]
+        One table per slot k = 0..gamma-1, ``p_tables[k]`` of shape ``(V,)*(k+1)``: the target's
+        next-token probabilities after every prefix z_<k.
+    q_tables : Sequence[Tensor]
+        The proposal's tables, same shapes.
+
+    Returns
+    -------
+    Tensor
+        ``[gamma]`` Pr(J >= j+1) for j = 0..gamma-1.
     """
     out = []
     acc: Tensor | None = None
@@ -185,7 +344,23 @@ def exact_chain_survival(p_tables: Sequence[Tensor], q_tables: Sequence[Tensor])
 
 
 def exact_chain_tau(p_tables: Sequence[Tensor], q_tables: Sequence[Tensor]) -> Tensor:
-    """Exact tau = 1 + sum_j Pr(J >= j+1) for chain verification (see exact_chain_survival)."""
+    """Exact tau = 1 + sum_j Pr(J >= j+1) for chain verification (see exact_chain_survival).
+
+    This is the tau of paper Sec. 2, computed exactly on a small vocabulary.
+
+    Parameters
+    ----------
+    p_tables : Sequence[Tensor]
+        One table per slot, ``p_tables[k]`` of shape ``(V,)*(k+1)``: the target's next-token
+        probabilities after every prefix z_<k.
+    q_tables : Sequence[Tensor]
+        The proposal's tables, same shapes.
+
+    Returns
+    -------
+    Tensor
+        Scalar tau.
+    """
     return accepted_length(exact_chain_survival(p_tables, q_tables))
 
 
@@ -224,6 +399,29 @@ def serving_summary(
     ``pi`` its inclusion probability.  R^serve is the ratio of Hajek-weighted population sums
     of E[W_{k-1} TV_k] and E[W_{k-1}]; survival and marginals are Hajek means, and D_k and the
     two tau's are functions of those means computed replicate by replicate.
+
+    Parameters
+    ----------
+    a : Tensor
+        ``[n_anchors, M, gamma]`` accept factors a_i.
+    tv : Tensor
+        ``[n_anchors, M, gamma]`` per-path TV(p_k^(r), q_k^(r)).
+    clusters : Tensor or Sequence[Hashable]
+        ``[n_anchors]`` the prompt of each anchor; a prompt's anchors are resampled together.
+    pi : Tensor or None, optional
+        ``[n_anchors]`` inclusion probabilities; None weights anchors equally.
+    n_boot : int, optional
+        Number of bootstrap replicates B.
+    seed : int, optional
+        Seed of the resampling.
+    level : float, optional
+        Coverage of the percentile intervals.
+
+    Returns
+    -------
+    ServingSummary
+        R_k, R^serve_k, their difference, S_k, E[a_k], D_k, tau, tau under independence and
+        their difference, each with its paired interval (``[gamma]`` per slot, scalars for tau).
     """
     if a.dim() != 3 or a.shape != tv.shape:
         raise ValueError("a and tv must both be (n_anchors, M, gamma)")

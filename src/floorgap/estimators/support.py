@@ -36,6 +36,17 @@ def effective_support(paths: torch.Tensor) -> EffectiveSupport:
     ``paths``: ``[M, j]`` integer tokens, one j-token prefix per sampled path (M >= 2; j = 0
     means the empty prefix, shared by all paths, giving N_eff = 1). Returns M when no two
     paths share a prefix.
+
+    Parameters
+    ----------
+    paths : torch.Tensor
+        ``[M, j]`` integer tokens of the M sampled prefixes; a 1-D ``[M]`` is read as j = 1.
+
+    Returns
+    -------
+    EffectiveSupport
+        ``n_eff`` (N_eff), ``collision`` (lambda_hat), ``n_distinct`` (distinct prefixes) and
+        ``n_paths`` (M).
     """
     if paths.dim() == 1:
         paths = paths.unsqueeze(-1)
@@ -57,5 +68,18 @@ def effective_support(paths: torch.Tensor) -> EffectiveSupport:
 
 
 def effective_support_by_depth(paths: torch.Tensor) -> list[EffectiveSupport]:
-    """:func:`effective_support` of the j-token prefixes for j = 1..gamma of ``[M, gamma]`` paths."""
+    """:func:`effective_support` of the j-token prefixes for j = 1..gamma of ``[M, gamma]`` paths.
+
+    This gives the depth profile used in paper App. D.1 (estimator of paper App. B.6).
+
+    Parameters
+    ----------
+    paths : torch.Tensor
+        ``[M, gamma]`` integer tokens of the M sampled blocks.
+
+    Returns
+    -------
+    list[EffectiveSupport]
+        gamma entries; entry j - 1 is the effective support of the j-token prefixes.
+    """
     return [effective_support(paths[:, :j]) for j in range(1, paths.shape[1] + 1)]

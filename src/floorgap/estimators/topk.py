@@ -44,7 +44,24 @@ class _LogSumExpGather(torch.autograd.Function):
 def logsumexp_gather(logits: Tensor, ids: Tensor) -> tuple[Tensor, Tensor]:
     """``(logsumexp(logits, -1), logits.gather(-1, ids))``, both float32, differentiable in
     ``logits`` with a fused backward (the gradient of the normaliser log Z of q = softmax(z) is
-    q itself). ``logits`` [..., V] may be low precision; ``ids`` [..., K] are int64."""
+    q itself). ``logits`` [..., V] may be low precision; ``ids`` [..., K] are int64.
+
+    It serves the top-K drafter loss and held-out risk (paper App. H.2, B.5).
+
+    Parameters
+    ----------
+    logits : Tensor
+        ``[..., V]`` logits z, any floating dtype.
+    ids : Tensor
+        ``[..., K]`` token indices to read (cast to int64).
+
+    Returns
+    -------
+    lse : Tensor
+        ``[...]`` float32 log Z = logsumexp(z).
+    picked : Tensor
+        ``[..., K]`` float32 logits at ``ids``.
+    """
     return _LogSumExpGather.apply(logits, ids.long())
 
 
@@ -60,6 +77,27 @@ def topk_divergences(logits: Tensor, ids: Tensor, vals: Tensor, valid: Tensor | 
     trimmed draft vocabulary (``logits`` are then over that vocabulary and ``ids`` index it):
     q is exactly zero at the others, whose ids are ignored, and the residual bucket is the rest
     of the draft vocabulary. KL is infinite where p puts mass outside the support.
+
+    These are the drafter training objectives and the top-K form of the risk TV(p_k, q_k)
+    (paper App. H.2, B.5); r_p is the residual mass of a top-K read (paper App. C.6).
+
+    Parameters
+    ----------
+    logits : Tensor
+        ``[..., V]`` proposal logits; q = softmax(logits).
+    ids : Tensor
+        ``[..., K]`` distinct token ids of p's stored top-K.
+    vals : Tensor
+        ``[..., K]`` p's probabilities of those tokens.
+    valid : Tensor or None, optional
+        ``[..., K]`` bool, the stored tokens inside q's support; None when q covers the whole
+        vocabulary.
+
+    Returns
+    -------
+    dict[str, Tensor]
+        ``"kl"``: KL(p || q) in nats and ``"tv"``: TV(p, q), each ``[...]`` float32 on the
+        coarsened vocabulary.
     """
     # gather before normalising: one [..., V] pass (the logsumexp) instead of a full log q
     ids = ids if valid is None else torch.where(valid, ids, torch.zeros_like(ids))

@@ -45,7 +45,22 @@ class TruncatedFloor:
 
 
 def topk_sparse(P: torch.Tensor, K: int) -> TopK:
-    """Top-K read of each row of ``P`` (``[..., V]``): indices, values, residual r = 1 - sum kept."""
+    """Top-K read of each row of ``P`` (``[..., V]``): indices, values, residual r = 1 - sum kept.
+
+    See paper App. C.6 for the top-K reads.
+
+    Parameters
+    ----------
+    P : torch.Tensor
+        ``[..., V]`` probabilities.
+    K : int
+        Number of tokens kept per row (at most V are kept).
+
+    Returns
+    -------
+    TopK
+        ``indices`` and ``values`` ``[..., K]`` (largest first) and ``residual`` r ``[...]``.
+    """
     K = min(int(K), P.shape[-1])
     values, indices = torch.topk(P, K, dim=-1)
     residual = (1 - values.sum(-1)).clamp(min=0)
@@ -53,7 +68,24 @@ def topk_sparse(P: torch.Tensor, K: int) -> TopK:
 
 
 def renormalised_dense(indices: torch.Tensor, values: torch.Tensor, V: int) -> torch.Tensor:
-    """Dense ``[..., V]`` rows holding values / sum(values) at ``indices`` and 0 elsewhere."""
+    """Dense ``[..., V]`` rows holding values / sum(values) at ``indices`` and 0 elsewhere.
+
+    These are the renormalised reads p~ = p_K / (1 - r) of paper App. C.6.
+
+    Parameters
+    ----------
+    indices : torch.Tensor
+        ``[..., K]`` token ids, no padding.
+    values : torch.Tensor
+        ``[..., K]`` raw probabilities of those tokens.
+    V : int
+        Vocabulary size of the dense rows (above every index).
+
+    Returns
+    -------
+    torch.Tensor
+        ``[..., V]`` p~ rows, each summing to 1.
+    """
     dense = torch.zeros(indices.shape[:-1] + (V,), dtype=values.dtype, device=values.device)
     return dense.scatter(-1, indices, values / values.sum(-1, keepdim=True))
 
@@ -68,6 +100,22 @@ def truncated_floor(indices: torch.Tensor, values: torch.Tensor,
     ``weights``: optional path weights as in :func:`tv_barycentre`. The rows are renormalised
     and the barycentre is solved on the union of their supports (the other tokens are zero in
     every row, so the optimal q is zero there). Returns T~, the band E[r] and T~ -/+ E[r].
+
+    Parameters
+    ----------
+    indices : torch.Tensor
+        ``[M, K]`` token ids of the M top-K reads.
+    values : torch.Tensor
+        ``[M, K]`` raw target probabilities of those tokens.
+    residual : torch.Tensor or None, optional
+        ``[M]`` mass r outside each read; None computes 1 - sum(values).
+    weights : torch.Tensor or None, optional
+        ``[M]`` path weights; None weights the paths equally.
+
+    Returns
+    -------
+    TruncatedFloor
+        ``value`` T~, ``band`` E[r], ``lower`` T~ - E[r] and ``upper`` T~ + E[r] (0-d tensors).
     """
     if indices.dim() != 2 or indices.shape != values.shape:
         raise ValueError("indices and values must both have shape [M, K]")
@@ -123,6 +171,21 @@ def renormalised_family(indices: torch.Tensor, values: torch.Tensor) -> torch.Te
     returns fewer than K tokens on some rows (:func:`renormalised_dense` cannot take padding: it
     writes rather than adds). Tokens outside the union are zero in every row, so barycentres
     and TVs on S equal those on the vocabulary.
+
+    It prepares the family p~ whose floor T~ paper App. C.6 compares with T.
+
+    Parameters
+    ----------
+    indices : torch.Tensor
+        ``[M, K]`` token ids of the M reads; -1 pads a short read.
+    values : torch.Tensor
+        ``[M, K]`` raw probabilities of those tokens; 0 at the padded entries.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[M, S]`` renormalised rows over the S distinct ids (in increasing id order), each
+        summing to 1.
     """
     if indices.dim() != 2 or indices.shape != values.shape:
         raise ValueError("indices and values must both have shape [M, K]")
@@ -147,6 +210,22 @@ def truncated_slot_floors(indices: torch.Tensor, values: torch.Tensor, residual:
     the realised tokens at slot k - 1 (None at slot 0: one group). See
     :class:`TruncatedSlotFloors` for what each bound covers: |T - T~| <= E[r] for the
     in-sample floors.
+
+    Parameters
+    ----------
+    indices : torch.Tensor
+        ``[M, K]`` token ids of each path's top-K read at slot k (-1 pads).
+    values : torch.Tensor
+        ``[M, K]`` raw target probabilities of those tokens (0 at the pads).
+    residual : torch.Tensor
+        ``[M]`` mass r outside each read.
+    predecessor : torch.Tensor or None
+        ``[M]`` realised tokens at slot k - 1; None at slot 0 (all paths in one group).
+
+    Returns
+    -------
+    TruncatedSlotFloors
+        The floors of the renormalised family and their bounds, as floats.
     """
     dense = renormalised_family(indices, values.double())
     band = float(residual.double().mean())
