@@ -194,3 +194,21 @@ def test_a_lookup_entry_with_blocks_fits_on_the_budget_and_records_its_held_out_
     assert torch.equal(record["unigram"], expect.unigram)
     assert record["heldout"] == heldout_lookup_risk(expect, data, held)
     assert len(record["heldout"]["tv_by_slot"]) == 2 and record["heldout"]["blocks"] == 15
+
+
+def test_counts_at_the_stored_tokens_equal_the_dense_rows() -> None:
+    """_SoftCounts.at (sorted-key search) gives the dense rows' entries and row totals,
+    including conditioning tokens and pairs never counted."""
+    from floorgap.models.lookup import _SoftCounts
+
+    g = torch.Generator().manual_seed(5)
+    vocab = 11
+    rows = torch.randint(0, 6, (40,), generator=g)            # tokens 6..10 never condition
+    cols = torch.randint(0, vocab, (40,), generator=g)
+    counts = _SoftCounts(rows, cols, torch.rand(40, generator=g), vocab)
+    a = torch.arange(vocab)
+    v = torch.randint(0, vocab, (vocab, 4), generator=g)
+    at, totals = counts.at(a, v)
+    dense = counts.dense_rows(a)
+    assert torch.allclose(at, dense.gather(1, v)) and torch.allclose(totals, dense.sum(1))
+    assert (totals[6:] == 0).all()
