@@ -20,6 +20,7 @@ from floorgap.probes.serving import (
     engine_command,
     engine_cpus,
     engine_environment,
+    port_taken,
     running_engine,
     serve_run,
 )
@@ -138,6 +139,22 @@ def test_a_server_that_exits_is_a_one_line_error_naming_its_log(tmp_path: Path) 
         with running_engine(spec, log):
             pass
     assert log.exists()
+
+
+def test_a_port_another_process_listens_on_is_refused_before_any_start(tmp_path) -> None:
+    """A server already on the port would answer /health and every request for this job's
+    engine (two workflows side by side on one machine, or a server left from elsewhere)."""
+    log = tmp_path / "engine.log"
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = int(other.getsockname()[1])
+        assert port_taken(port)
+        with pytest.raises(StageError, match=rf"port {port} is taken.*serving.port"):
+            with running_engine(_spec(python="/bin/false", port=port), log):
+                pass
+    assert not log.exists()                       # nothing was started
+    assert not port_taken(port)                   # free again once the listener closed
 
 
 def _free_port() -> int:

@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -224,11 +225,28 @@ def _get(url: str, timeout: float) -> int:
         return 0
 
 
+def port_taken(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a process on this machine already listens on ``host:port`` (a socket in
+    TIME_WAIT does not count: servers rebind over it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
 @contextlib.contextmanager
 def running_engine(spec: EngineSpec, log_path: str | Path) -> Iterator[str]:
     """Start the engine's server (output to ``log_path``), wait for ``/health``, yield its base
     URL, and stop it (its whole process group) on exit, whatever happened. A server that exits
-    or does not become healthy within ``startup_timeout_s`` is a StageError naming the log."""
+    or does not become healthy within ``startup_timeout_s`` is a StageError naming the log, and
+    so is a port another process listens on (its server would answer for this job's engine)."""
+    if port_taken(spec.port):
+        raise StageError(f"port {spec.port} is taken: another process listens there, and its "
+                         "server would answer this job's requests. Stop it, or give this stage "
+                         "a free port (the config's serving.port, or api_floors.endpoint.port)")
     cmd, extra_env = engine_command(spec)
     env = {**engine_environment(os.environ), **extra_env}
     log.info("starting %s: %s", spec.engine, " ".join(cmd))
