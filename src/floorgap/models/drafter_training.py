@@ -453,23 +453,26 @@ def import_variant(spec: Mapping[str, Any], model_dir: Path, logger: logging.Log
 def fit_lookup_variant(spec: Mapping[str, Any], data_path: Path, logger: logging.Logger
                        ) -> dict[str, Any]:
     """The final record of a lookup-table variant (:mod:`floorgap.models.lookup`): fitted on the
-    training sequences of the record at ``data_path``, its smoothing chosen on the held-out
-    ones (the drafters' split), with the record's SHA-256 as provenance."""
-    from floorgap.data.drafter_data import load_drafter_data
+    training sequences of the record at ``data_path`` (with ``blocks``, on those a drafter arm
+    of that budget trains on), its smoothing chosen on the held-out ones (the drafters' split),
+    its held-out R by slot under ``heldout``, with the record's SHA-256 as provenance."""
+    import torch
+
+    from floorgap.data.drafter_data import block_index, load_drafter_data
     from floorgap.models.lookup import fit_lookup, heldout_lookup_risk
     from floorgap.records import sha256_file
-
-    from floorgap.data.drafter_data import block_index
 
     variant = spec["variant"]
     gamma = int(spec["gamma"])
     data = load_drafter_data(data_path)
     train_seqs, heldout = split_sequences(data, spec)
+    block_seq = block_index(data, gamma)[0]
     if variant.get("blocks") is not None:
         # the sequences a drafter arm of the same budget trains on (BlockExamples)
         train_seqs = sorted(int(i) for i in budget_sequences(
-            block_index(data, gamma)[0], int(data["seq_prompt_len"].shape[0]),
-            int(spec["seed"]), train_seqs, int(variant["blocks"])))
+            block_seq, int(data["seq_prompt_len"].shape[0]), int(spec["seed"]), train_seqs,
+            int(variant["blocks"])))
+    blocks = int(torch.isin(block_seq, torch.as_tensor(train_seqs, dtype=torch.long)).sum())
     vocab = int(data["metadata"]["model"].get("vocab_size") or
                 int(data["target_ids"].max()) + 1)
     table, scores = fit_lookup(variant["kind"], data, train_seqs, heldout,
@@ -477,18 +480,13 @@ def fit_lookup_variant(spec: Mapping[str, Any], data_path: Path, logger: logging
     held = heldout_lookup_risk(table, data, heldout) if heldout else None
     logger.info("%s: %s table from %d training sequences (%d blocks); smoothing %g (held-out "
                 "slot-0 TV by weight: %s); held-out R by slot: %s", variant["name"],
-                variant["kind"], len(train_seqs), _block_count(data, train_seqs, gamma),
+                variant["kind"], len(train_seqs), blocks,
                 table.cfg.alpha, ", ".join(f"{a}: {v:.4f}" for a, v in scores.items()) or "-",
                 " ".join(f"{v:.3f}" for v in held["tv_by_slot"]) if held else "-")
     return {**table.record(), "target": spec["target"]["name"], "variant": dict(variant),
             "train_data_sha256": sha256_file(data_path), "heldout_tv0": scores,
             "heldout": held, "epochs": []}
 
-
-def _block_count(data: Mapping[str, Any], sequences: Sequence[int], gamma: int) -> int:
-    """Blocks of ``sequences`` (every response position with a full block after it)."""
-    offs, plen = data["seq_offsets"], data["seq_prompt_len"]
-    return sum(max(0, int(offs[s + 1] - offs[s]) - int(plen[s]) - gamma + 1) for s in sequences)
 
 
 def _rank_device(device: str, world: int) -> str:
