@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["logsumexp_gather", "topk_divergences"]
+__all__ = ["logsumexp_gather", "topk_divergences", "topk_tv"]
 
 
 class _LogSumExpGather(torch.autograd.Function):
@@ -65,6 +65,32 @@ def logsumexp_gather(logits: Tensor, ids: Tensor) -> tuple[Tensor, Tensor]:
     return _LogSumExpGather.apply(logits, ids.long())
 
 
+def _residuals(p_k: Tensor, q_k: Tensor) -> tuple[Tensor, Tensor]:
+    """(r_p, r_q): the mass outside the stored tokens, r_q kept positive for KL's log."""
+    return (1 - p_k.sum(-1)).clamp(min=0.0), (1 - q_k.sum(-1)).clamp(min=1e-12)
+
+
+def topk_tv(p_k: Tensor, q_k: Tensor) -> Tensor:
+    """TV(p, q) on the coarsening into the K stored tokens plus one residual bucket, from both
+    distributions' masses at the stored tokens (what :func:`topk_divergences` reports as
+    ``tv``, for a q known only there, e.g. a lookup table's; paper App. B.5, C.6).
+
+    Parameters
+    ----------
+    p_k : Tensor
+        ``[..., K]`` the target's stored probabilities.
+    q_k : Tensor
+        ``[..., K]`` the proposal's probabilities at the same tokens.
+
+    Returns
+    -------
+    Tensor
+        ``[...]`` 1/2 (sum_K |p_k - q_k| + |r_p - r_q|), a lower bound of the full TV.
+    """
+    r_p, r_q = _residuals(p_k, q_k)
+    return 0.5 * ((p_k - q_k).abs().sum(-1) + (r_p - r_q).abs())
+
+
 def topk_divergences(logits: Tensor, ids: Tensor, vals: Tensor, valid: Tensor | None = None
                      ) -> dict[str, Tensor]:
     """KL(p || q) and TV(p, q) per row ([...]) with q = softmax(logits [..., V]) and p given by
@@ -107,12 +133,11 @@ def topk_divergences(logits: Tensor, ids: Tensor, vals: Tensor, valid: Tensor | 
         logq_k = logq_k.masked_fill(~valid, float("-inf"))
     q_k = logq_k.exp()
     p_k = vals.float()
-    r_p = (1 - p_k.sum(-1)).clamp(min=0.0)
-    r_q = (1 - q_k.sum(-1)).clamp(min=1e-12)
+    r_p, r_q = _residuals(p_k, q_k)
     plogp = torch.where(p_k > 0, p_k * p_k.clamp_min(1e-30).log(), torch.zeros_like(p_k))
     cross = torch.where(p_k > 0, p_k * logq_k, torch.zeros_like(p_k))
     kl = (plogp - cross).sum(-1)
     kl = kl + torch.where(r_p > 0, r_p * (r_p.clamp_min(1e-30).log() - r_q.log()),
                           torch.zeros_like(r_p))
-    tv = 0.5 * ((p_k - q_k).abs().sum(-1) + (r_p - r_q).abs())
+    tv = topk_tv(p_k, q_k)
     return {"kl": kl, "tv": tv}

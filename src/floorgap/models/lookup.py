@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from floorgap.config import KIND_ORDER
-from floorgap.estimators.topk import topk_divergences
+from floorgap.estimators.topk import topk_divergences, topk_tv
 
 LOOKUP_KINDS = ("unigram", "bigram_committed", "bigram")
 LOOKUP_ORDER = {k: KIND_ORDER[k] for k in LOOKUP_KINDS}
@@ -231,21 +231,6 @@ def _heldout_tv0(fit: LookupProposal, cond: Tensor, ids: Tensor, vals: Tensor) -
     return total / max(n, 1)
 
 
-def _slot_rows(data: Mapping[str, Any], sequences: Sequence[int], gamma: int, slot: int,
-               lag: int) -> tuple[Tensor, Tensor]:
-    """Slot ``slot`` of every block of ``sequences`` (the blocks :func:`floorgap.data.
-    drafter_data.block_index` lists): the target row it is scored against and the token
-    ``lag`` positions before the token it predicts."""
-    offs, plen, pos = data["seq_offsets"], data["seq_prompt_len"], data["pos_offsets"]
-    conds, rows = [], []
-    for s in sequences:
-        start, lp = int(offs[s]), int(plen[s])
-        c = torch.arange(lp, int(offs[s + 1]) - start - gamma + 1)   # block context lengths
-        conds.append(data["tokens"][start + c + slot - lag].long())
-        rows.append(int(pos[s]) + c + slot - lp)                     # predicts token c + slot
-    return torch.cat(rows), torch.cat(conds)
-
-
 def heldout_lookup_risk(fit: LookupProposal, data: Mapping[str, Any],
                         sequences: Sequence[int]) -> dict[str, Any]:
     """Held-out R by slot of a table, as the drafters' held-out curve reads it
@@ -253,20 +238,25 @@ def heldout_lookup_risk(fit: LookupProposal, data: Mapping[str, Any],
     ``sequences`` of the top-K + residual TV(p_k, q_k) at slot k, q_k conditioned on the
     committed token (order 0) or on the realised predecessor (order 1: R^oracle, teacher
     forced). ``score`` is the mean over slots."""
+    from floorgap.data.drafter_data import block_index
+
+    seq, ctx = block_index(data, fit.gamma)
+    keep = torch.isin(seq, torch.as_tensor(list(sequences), dtype=torch.long))
+    seq, ctx = seq[keep], ctx[keep]
+    start = data["seq_offsets"][seq]
     by_slot = []
     for k in range(fit.gamma):
-        # bigram_committed's slot-k table reads the committed token (k + 1 before the one
-        # predicted); the bigram reads the predecessor; the unigram reads nothing
+        # slot k of the block with context c predicts token c + k, from the target row of
+        # that response position; bigram_committed's slot-k table reads the committed token
+        # (k + 1 before it), the bigram the predecessor, the unigram nothing
         lag = k + 1 if fit.cfg.kind == "bigram_committed" else 1
-        rows, cond = _slot_rows(data, sequences, fit.gamma, k, lag)
-        p = data["target_vals"][rows].double()
-        # the coarsened TV of topk_divergences, from q at the stored tokens alone
+        rows = data["pos_offsets"][seq] + ctx + k - data["seq_prompt_len"][seq]
+        cond = data["tokens"][start + ctx + k - lag].long()
         q = fit._probs_at(k, cond, data["target_ids"][rows])
-        tv = 0.5 * ((p - q).abs().sum(-1) + ((1 - p.sum(-1)).clamp(min=0.0)
-                                               - (1 - q.sum(-1))).abs())
+        tv = topk_tv(data["target_vals"][rows].double(), q)
         by_slot.append(float(tv.mean()) if len(tv) else 0.0)
     return {"tv_by_slot": by_slot, "score": sum(by_slot) / len(by_slot),
-            "blocks": int(len(rows))}
+            "blocks": int(len(seq))}
 
 
 def fit_lookup(kind: str, data: Mapping[str, Any], train_seqs: Sequence[int],
