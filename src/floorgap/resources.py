@@ -168,13 +168,20 @@ def probe_jobs(settings: Mapping[str, Any], target: str, shape: ModelShape, weig
     tb = int(td.get("batch_size", cb))
     prompt = int(cfg["corpus"]["max_prompt_tokens"])
     seq = prompt + int(td["max_new_tokens"])
-    # the prefill keeps every layer's states when it reads tap features, else about two; each
-    # decode step's logits become float32 probabilities and a float64 cumulative sum; the
-    # agreement check's teacher-forced forward reads one sequence's logits
+    # a data pass in another precision holds a cast copy beside the target; the cache holds at
+    # most batch_tokens padded tokens; the prefill keeps every layer's states when it reads tap
+    # features, else about two, for the whole batch where a sliding window forbids prefill
+    # groups; each decode step's logits become float32 probabilities and a float64 cumulative
+    # sum; the agreement checks' teacher-forced forwards read one sequence's logits (two laws
+    # with a copy)
+    db = DTYPE_BYTES[td.get("dtype", dtype)]
+    copy = weights * db // b if db != b else 0
+    cached = min(tb * seq, int(td.get("batch_tokens") or tb * seq))
     states = (shape.layers + 1 if td.get("store_features") else 2) * tb * prompt * shape.hidden
-    drafter_data = {"weights": weights, "kv_cache": shape.kv_bytes(seq, tb, b),
-                    "prefill_states": states * b, "step_logits": tb * v * (4 + 4 + 8),
-                    "teacher_forced_logits": 2 * seq * v * 4}
+    drafter_data = {"weights": weights, "data_pass_copy": copy,
+                    "kv_cache": shape.kv_bytes(cached, 1, db), "prefill_states": states * db,
+                    "step_logits": tb * v * (4 + 4 + 8),
+                    "teacher_forced_logits": (2 if copy else 1) * 2 * seq * v * 4}
     return {"rollouts": rollouts, "mi": mi, "floor_variants": variants,
             "corpus": corpus, "drafter_data": drafter_data,
             "serving": {"weights": weights}, "api_floors": {"weights": weights}}

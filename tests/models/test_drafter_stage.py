@@ -304,6 +304,26 @@ def test_a_training_corpus_replaces_the_domains_and_skips_evaluation_texts(smoke
     assert excluded == {"training": {prompt_id("training", taken)}} and n == {"training": 2}
 
 
+def test_a_bf16_data_pass_states_its_law_against_the_targets_own(smoke_domain_records,
+                                                                 tmp_path) -> None:
+    """training_data.dtype runs the data pass in a cast copy of the target: the record says so,
+    its targets agree with a teacher-forced forward of that copy, and its law is compared with
+    the target's own precision (TV stored)."""
+    cfg, target, model_dir, corpus, _, _ = smoke_domain_records
+    spec = _data_spec(cfg, target, dtype="bfloat16")
+    out = tmp_path / "bf16.pt"
+    assert run_stage(data_cli.main, data_cli.build_parser(),
+                     ["--spec", json.dumps(spec), "--model-dir", str(model_dir), "--corpus",
+                      str(corpus), "--out", str(out), "--threads", "1"]) == 0
+    meta = load_drafter_data(out)["metadata"]
+    assert meta["dtype"] == target["dtype"] == "float32" and meta["data_dtype"] == "bfloat16"
+    agreement, law = meta["teacher_forced_agreement"], meta["precision_agreement"]
+    assert agreement["dtype"] == "bfloat16" and agreement["mean_tv"] <= 0.05
+    assert (law["dtype"], law["reference_dtype"]) == ("bfloat16", "float32")
+    assert law["positions"] == agreement["positions"] > 0
+    assert 0 < law["mean_tv"] <= law["p99_tv"] <= law["max_tv"] < 0.5
+
+
 def test_a_killed_drafter_data_job_resumes_to_the_same_record(smoke_domain_records, tmp_path,
                                                              monkeypatch):
     """Finished response batches are journalled (tokens in the journal, targets and features

@@ -38,14 +38,19 @@ def model(request):
     return AutoModelForCausalLM.from_config(FAMILIES[request.param]()).eval()
 
 
-def _decode(model, prompts=PROMPTS, seeds=SEEDS, max_new=12, eos=(EOS,), taps=TAPS):
+def _decode(model, prompts=PROMPTS, seeds=SEEDS, max_new=12, eos=(EOS,), taps=TAPS,
+            prefill_rows=16):
     return decode_with_targets(model, prompts, seeds, law=LAW, target_law=TARGET_LAW, top_k=5,
-                               max_new_tokens=max_new, eos_ids=list(eos), pad_id=PAD, taps=taps)
+                               max_new_tokens=max_new, eos_ids=list(eos), pad_id=PAD, taps=taps,
+                               prefill_rows=prefill_rows)
 
 
-def test_the_tokens_are_generates_and_the_targets_a_teacher_forced_forwards(model) -> None:
+# prefill groups of 1 and 3 rows joined (full attention) against one padded prefill
+@pytest.mark.parametrize("prefill_rows", [1, 3, 16])
+def test_the_tokens_are_generates_and_the_targets_a_teacher_forced_forwards(
+        model, prefill_rows) -> None:
     # a frequent end token, so rows end at different steps and leave the batch
-    rows = _decode(model, eos=(EOS, 50, 51, 52, 53, 54, 55, 56, 57))
+    rows = _decode(model, eos=(EOS, 50, 51, 52, 53, 54, 55, 56, 57), prefill_rows=prefill_rows)
     reference = generate_batch(model, PROMPTS, SEEDS, law=LAW, max_new_tokens=12,
                                eos_ids=[EOS, 50, 51, 52, 53, 54, 55, 56, 57], pad_id=PAD)
     assert [r.token_ids for r in rows] == [r.token_ids for r in reference]
@@ -79,3 +84,35 @@ def test_a_response_depends_on_its_seed_not_on_its_batch(model) -> None:
 def test_prompts_and_seeds_must_pair(model) -> None:
     with pytest.raises(ValueError, match="3 prompts but 4 seeds"):
         _decode(model, PROMPTS[:3], SEEDS)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_agreement_check_passes_rounding_and_refuses_a_misread_position(model, dtype) -> None:
+    """The drafter_data stage's check on these rows: rounding passes (float32 by the largest
+    difference, half precision by the mean TV), targets read one position late are refused."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from floorgap.data.drafter_data import teacher_forced_agreement
+    from floorgap.errors import StageError
+
+    cast = model.to(getattr(torch, dtype))
+    try:
+        # a cold target law: a random model's distributions differ little between positions
+        cold = SamplingLaw.from_spec({"temperature": 0.05, "top_p": 1.0, "top_k": 0})
+        rows = decode_with_targets(cast, PROMPTS, SEEDS, law=LAW, target_law=cold, top_k=5,
+                                   max_new_tokens=16, eos_ids=[EOS], pad_id=PAD)
+        prompts = [SimpleNamespace(prompt_id=str(i)) for i in range(len(PROMPTS))]
+        formatted = {str(i): p for i, p in enumerate(PROMPTS)}
+        st = SimpleNamespace(target_law=cold, top_k=5, features=None)
+        # every sequence compared, as the stage compares every 16th
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("floorgap.data.drafter_data.AGREEMENT_EVERY", 1)
+            assert teacher_forced_agreement(cast, prompts, formatted, rows, st)["dtype"] == dtype
+            late = [replace(r, target_ids=r.target_ids.roll(1, 0),
+                            target_vals=r.target_vals.roll(1, 0)) for r in rows]
+            statistic = "max_abs_dp" if dtype == "float32" else "mean_tv"
+            with pytest.raises(StageError, match=f"{statistic} .* in {dtype}"):
+                teacher_forced_agreement(cast, prompts, formatted, late, st)
+    finally:
+        model.to(torch.float32)

@@ -10,7 +10,8 @@ instead, labelled domain ``training``, skipping every text of every domain's eva
 corpus (the serving rows later skip the training prompts in turn). The target answers each
 prompt under the training data's ``law`` (by default the
 evaluation law, so that training contexts are distributed like the floor paths), one uniform
-per token from the prompt's own generator, ``batch_size`` prompts at a time, the batches filled
+per token from the prompt's own generator, ``batch_size`` prompts at a time (shortest first, at
+most ``batch_tokens`` padded tokens a batch: :func:`token_batches`), the batches filled
 across domains; the response seed is
 ``derive_seed(seed, "drafter-data", prompt_id)``, distinct from the evaluation seed of the same
 prompt.
@@ -20,9 +21,11 @@ distribution at that position, the distribution a teacher-forced forward over ``
 response`` reads there (:mod:`floorgap.models.sampled_decode`); under the *evaluation* law (the
 law the risks R_k are measured against) its top-K ids and probabilities are stored (the mass
 outside them is 1 - sum of the values). So the responses and their targets cost one pass of the
-target, in its own dtype. Every ``AGREEMENT_EVERY``-th sequence is read again by a
-teacher-forced forward and the agreement is stored (``metadata.teacher_forced_agreement``); a
-difference beyond rounding stops the stage.
+target, in its own dtype or in ``training_data.dtype`` (bf16 halves the pass on CPUs with bf16
+matmuls; its law against the target's own is stored as ``metadata.precision_agreement``).
+Every ``AGREEMENT_EVERY``-th sequence is read again by a teacher-forced forward and the
+agreement is stored (``metadata.teacher_forced_agreement``); a difference beyond rounding stops
+the stage.
 
 Blocks. Every response position is a block start: a block with context length c
 (``prompt_len <= c <= len - gamma``) has the context ``sequence[:c]`` (its last token is the
@@ -65,7 +68,7 @@ import torch
 from floorgap.errors import StageError
 from floorgap.records import atomic_path
 from floorgap.models.sampled_decode import DecodedRow, decode_with_targets
-from floorgap.progress import Timer, iter_batches, progress
+from floorgap.progress import Timer, progress
 from floorgap.sampling import SamplingLaw, law_topk
 from floorgap.seeds import derive_seed
 
@@ -144,6 +147,7 @@ class _Settings:
     top_k: int
     max_new: int
     batch_size: int
+    batch_tokens: int | None
     max_prompt_tokens: int
     eos_ids: list[int]
     pad_id: int
@@ -162,6 +166,7 @@ class _Settings:
                    thinking=bool(target.get("enable_thinking", False)),
                    top_k=int(cfg["top_k_targets"]), max_new=int(cfg["max_new_tokens"]),
                    batch_size=int(cfg.get("batch_size", spec["corpus"]["batch_size"])),
+                   batch_tokens=cfg.get("batch_tokens"),
                    max_prompt_tokens=int(spec["corpus"]["max_prompt_tokens"]), eos_ids=eos_ids,
                    features=FeatureSpec.from_spec(spec.get("features")),
                    pad_id=(tokenizer.pad_token_id if tokenizer.pad_token_id is not None
@@ -302,6 +307,26 @@ def _write_batch(journal: Any, key: str, rows: Sequence[DecodedRow]) -> None:
     journal.append_entry(key, [{"token_ids": r.token_ids, "censored": r.censored} for r in rows])
 
 
+def token_batches(order: Sequence[int], prompt_lens: Sequence[int], batch_size: int,
+                  batch_tokens: int | None, max_new: int) -> list[list[int]]:
+    """Consecutive batches of ``order`` (shortest prompt first) of at most ``batch_size``
+    prompts whose rows, padded to the batch's longest prompt plus ``max_new``, hold at most
+    ``batch_tokens`` tokens (at least one prompt a batch). The decode's key/value cache is that
+    padded size, and every step copies and reads it, so a few long prompts must not widen a
+    batch of short ones (on SmolLM2, 128 rows padded to 768 tokens ran at a third of the pace
+    of 128 rows of 150)."""
+    batches: list[list[int]] = []
+    for i in order:
+        cur = batches[-1] if batches else None
+        width = prompt_lens[i] + max_new                 # the longest so far: shortest first
+        if (cur is None or len(cur) >= batch_size
+                or (batch_tokens is not None and (len(cur) + 1) * width > batch_tokens)):
+            batches.append([i])
+        else:
+            cur.append(i)
+    return batches
+
+
 def _responses(model: Any, prompts: list[Any], formatted: Mapping[str, list[int]],
                st: _Settings, record: _Record, journal: Any = None) -> list[DecodedRow]:
     """The target's response to each prompt under the training data's law, with the targets
@@ -313,7 +338,8 @@ def _responses(model: Any, prompts: list[Any], formatted: Mapping[str, list[int]
     decoded: list[Any] = [None] * len(prompts)
     done = journal.load_entries() if journal is not None else {}
     with progress(total=len(prompts), desc="drafter data responses", unit="prompt") as bar:
-        for idx in iter_batches(order, st.batch_size):
+        for idx in token_batches(order, [len(formatted[p.prompt_id]) for p in prompts],
+                                 st.batch_size, st.batch_tokens, st.max_new):
             key = ",".join(prompts[i].prompt_id for i in idx)
             rows = _read_batch(journal, key, done[key]) if key in done else None
             if rows is not None:
@@ -359,23 +385,27 @@ def _add_sequences(prompts: list[Any], formatted: Mapping[str, list[int]],
 #: Every this many sequences (in the record's prompt order, the first included) the decode's
 #: targets are compared with a teacher-forced forward over the finished sequence.
 AGREEMENT_EVERY = 16
-#: Largest |p_decode - p_teacher_forced| over a compared sequence's stored targets before the
-#: stage refuses the record: rounding stays orders of magnitude below these in float32 and
-#: below a few hundredths in half precision, while a mis-read cache (a wrong position, a lost
-#: window) moves probabilities by tenths.
-AGREEMENT_TOLERANCE = {"float32": 1e-3, "float64": 1e-6, "bfloat16": 0.05, "float16": 0.05}
+#: When the stage refuses a record: in float32/64 the largest |p_decode - p_teacher_forced| over
+#: a compared sequence's stored targets; in half precision the mean top-K TV between the two
+#: (a single position rounds by up to ~0.1-0.3 in bf16 on SmolLM2, the mean stays ~0.02).
+#: Rounding stays below these, while a mis-read cache (a wrong position, a lost window) moves
+#: probabilities by tenths at most positions.
+AGREEMENT_TOLERANCE = {"float32": ("max_abs_dp", 1e-3), "float64": ("max_abs_dp", 1e-6),
+                       "bfloat16": ("mean_tv", 0.05), "float16": ("mean_tv", 0.05)}
 
 
 def teacher_forced_agreement(model: Any, prompts: Sequence[Any],
                              formatted: Mapping[str, list[int]],
                              decoded: Sequence[DecodedRow], st: _Settings) -> dict[str, Any]:
     """The decode's targets against a teacher-forced forward over the same sequences (every
-    :data:`AGREEMENT_EVERY`-th one): the largest probability difference, the share of top-K ids
+    :data:`AGREEMENT_EVERY`-th one): the largest probability difference, the mean top-K TV, the share of top-K ids
     that agree where the mass is clearly kept (p > 1e-4) and, with features, the largest
     feature difference relative to the sequence's largest feature. Raises ``StageError``
     beyond :data:`AGREEMENT_TOLERANCE` of the model's dtype."""
+    from floorgap.estimators.topk import topk_tv
+
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    worst = agree = kept = 0.0
+    worst = agree = kept = tv_sum = 0.0
     feature_gap = 0.0
     compared = positions = 0
     for i in range(0, len(prompts), AGREEMENT_EVERY):
@@ -383,6 +413,9 @@ def teacher_forced_agreement(model: Any, prompts: Sequence[Any],
         ids, vals, feats = position_targets(model, prompt + row.token_ids, len(prompt),
                                             st.target_law, st.top_k, st.features)
         worst = max(worst, float((vals - row.target_vals).abs().max()))
+        # the teacher-forced law at the decode's stored ids (a rounding swap reorders the top-K)
+        p_at = _mass_at(ids, vals, row.target_ids)
+        tv_sum += float(topk_tv(row.target_vals, p_at).sum())
         clear = vals > 1e-4
         agree += float((ids == row.target_ids)[clear].sum())
         kept += float(clear.sum())
@@ -393,18 +426,63 @@ def teacher_forced_agreement(model: Any, prompts: Sequence[Any],
         compared += 1
         positions += len(row.token_ids)
     out = {"sequences": compared, "positions": positions, "max_abs_dp": worst,
+           "mean_tv": tv_sum / max(positions, 1),
            "topk_ids_agree": agree / kept if kept else 1.0,
            "features_max_rel_diff": feature_gap if st.features else None, "dtype": dtype}
     log.info("decode vs teacher-forced targets on %d sequences (%d positions): max |dp| %.2e, "
-             "top-%d ids agree on %.4f of the kept mass%s", compared, positions, worst, st.top_k,
-             out["topk_ids_agree"], "" if not st.features else
+             "mean top-%d TV %.2e, ids agree on %.4f of the kept mass%s", compared, positions,
+             worst, st.top_k, out["mean_tv"], out["topk_ids_agree"], "" if not st.features else
              f", features within {feature_gap:.1e} of their scale")
-    tolerance = AGREEMENT_TOLERANCE.get(dtype, 0.05)
-    if worst > tolerance:
-        raise StageError(f"the decode's targets differ from a teacher-forced forward by up to "
-                         f"{worst:.3g} (tolerance {tolerance:g} in {dtype}): the model's cache "
-                         "or positions are not read as a full forward reads them; report this "
-                         "model's architecture")
+    statistic, tolerance = AGREEMENT_TOLERANCE.get(dtype, ("mean_tv", 0.05))
+    if out[statistic] > tolerance:
+        raise StageError(f"the decode's targets differ from a teacher-forced forward: "
+                         f"{statistic} {out[statistic]:.3g} (tolerance {tolerance:g} in {dtype}): "
+                         "the model's cache or positions are not read as a full forward reads "
+                         "them; report this model's architecture")
+    return out
+
+
+def _mass_at(ids: torch.Tensor, vals: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """The probabilities ``vals`` of top-K rows ``ids`` [n, K] at the ids ``at`` [n, K] (0 where
+    a row's top-K lacks the id)."""
+    hit = ids[:, None, :] == at[:, :, None]                              # [n, K_at, K]
+    return (hit * vals[:, None, :]).sum(-1)
+
+
+def precision_agreement(model: Any, reference: Any, prompts: Sequence[Any],
+                        formatted: Mapping[str, list[int]], decoded: Sequence[DecodedRow],
+                        st: _Settings) -> dict[str, Any]:
+    """The law of the precision the data pass ran in (``model``, ``training_data.dtype``)
+    against the target's own (``reference``, ``targets.<name>.dtype``) along the same
+    sequences as :func:`teacher_forced_agreement`: the TV between the two full next-token
+    distributions under the evaluation law at every response position (mean, 99th percentile,
+    largest) and the largest difference of the stored top-K probabilities. The drafters are
+    trained toward ``model``'s law and scored against ``reference``'s, so the mean TV is the
+    part of every trained drafter's held-out R the precision alone explains."""
+    from floorgap.estimators.barycentre import tv_distance
+
+    tvs, worst = [], 0.0
+    dtypes = [str(next(m.parameters()).dtype).removeprefix("torch.") for m in (model, reference)]
+    device = next(reference.parameters()).device
+    for i in range(0, len(prompts), AGREEMENT_EVERY):
+        prompt, row = formatted[prompts[i].prompt_id], decoded[i]
+        ids = torch.tensor([prompt + row.token_ids], device=device)
+        keep = len(row.token_ids) + 1
+        with torch.inference_mode():
+            p = [st.target_law.probs(m(input_ids=ids.to(next(m.parameters()).device),
+                                       use_cache=False, logits_to_keep=keep).logits[0, :-1]
+                                     .float()).cpu() for m in (model, reference)]
+        tvs.append(tv_distance(p[0], p[1]))
+        stored = p[1].gather(-1, row.target_ids.long())
+        worst = max(worst, float((stored - row.target_vals).abs().max()))
+    tv = torch.cat(tvs).double()
+    out = {"dtype": dtypes[0], "reference_dtype": dtypes[1], "positions": int(tv.numel()),
+           "mean_tv": float(tv.mean()), "p99_tv": float(tv.quantile(0.99)),
+           "max_tv": float(tv.max()), "max_abs_dp_stored": worst}
+    log.info("the data pass's law (%s) against the target's own (%s) on %d positions: TV mean "
+             "%.4f, 99th percentile %.4f, largest %.4f; stored top-%d probabilities within %.3g",
+             dtypes[0], dtypes[1], out["positions"], out["mean_tv"], out["p99_tv"],
+             out["max_tv"], st.top_k, worst)
     return out
 
 
@@ -417,6 +495,7 @@ def _metadata(spec: Mapping[str, Any], st: _Settings, excluded: Mapping[str, set
     return {
         "stage": "drafter_data", "format": FORMAT, "target": target.get("name"),
         "dtype": target.get("dtype"), "device": target.get("device"),
+        "data_dtype": spec["training_data"].get("dtype", target.get("dtype")),
         "model": {k: info.get(k) for k in ("source_kind", "source", "architecture",
                                            "parameters", "vocab_size", "dtype")},
         "chat_template": st.use_template, "enable_thinking": st.thinking,
@@ -435,7 +514,7 @@ def _metadata(spec: Mapping[str, Any], st: _Settings, excluded: Mapping[str, set
 def build_drafter_data(spec: Mapping[str, Any], model: Any, tokenizer: Any,
                         excluded: Mapping[str, set[str]],
                         model_info: Mapping[str, Any] | None = None,
-                        journal: Any = None) -> dict[str, Any]:
+                        journal: Any = None, reference: Any = None) -> dict[str, Any]:
     """The training record (module docstring) for the domains of ``spec``.
 
     ``spec`` holds ``target`` (config entry with ``name``), ``domains`` (list of domain entries
@@ -443,6 +522,8 @@ def build_drafter_data(spec: Mapping[str, Any], model: Any, tokenizer: Any,
     ``batch_size``),
     ``gamma`` and ``seed``. ``excluded`` maps each domain to its evaluation prompt ids;
     ``journal`` keeps the finished response batches of a job that may be cut (``_responses``).
+    ``reference``: the target in its own precision when ``model`` is a copy in the data pass's
+    (``training_data.dtype``); the two laws are compared (:func:`precision_agreement`).
     """
     st = _Settings.from_spec(spec, model, tokenizer)
     record = _Record()
@@ -473,6 +554,8 @@ def build_drafter_data(spec: Mapping[str, Any], model: Any, tokenizer: Any,
                          "drafters.training_data.max_new_tokens")
     meta = _metadata(spec, st, excluded, counts, model_info, record)
     meta["teacher_forced_agreement"] = agreement
+    meta["precision_agreement"] = (None if reference is None else precision_agreement(
+        model, reference, everything, formatted, decoded, st))
     return {"format": FORMAT, **record.tensors(), "metadata": meta}
 
 

@@ -17,6 +17,7 @@ removed once the record is written.
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import shutil
 from pathlib import Path
@@ -41,7 +42,7 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     import torch
 
     from floorgap.data.drafter_data import batch_folder, build_drafter_data
-    from floorgap.models.targets import load_target, read_model_info
+    from floorgap.models.targets import load_target, read_model_info, torch_dtype
     from floorgap.records import (Journal, atomic_path, fingerprint, read_metadata, read_table,
                                   sha256_file)
 
@@ -61,11 +62,19 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
         raise StageError(f"no evaluation corpus for domains {missing}")
     target = spec["target"]
     model, tokenizer = load_target(args.model_dir, target["dtype"], target["device"])
+    # the data pass may run the target in another precision (training_data.dtype): a cast copy
+    # decodes, the target in its own precision is the reference its law is compared with
+    dtype = spec["training_data"].get("dtype", target["dtype"])
+    reference = None
+    if torch_dtype(dtype) != next(model.parameters()).dtype:
+        reference, model = model, copy.deepcopy(model).to(torch_dtype(dtype))
+        logger.info("the data pass runs the target in %s (its own dtype: %s)", dtype,
+                    target["dtype"])
     info = read_model_info(args.model_dir)
     journal_file = args.journal or args.out.with_name(args.out.name + ".journal.jsonl")
     journal = Journal(journal_file, fingerprint({"spec": spec, "corpora": sources,
                                                 "model": info.get("source")}))
-    data = build_drafter_data(spec, model, tokenizer, excluded, info, journal)
+    data = build_drafter_data(spec, model, tokenizer, excluded, info, journal, reference)
     data["metadata"]["evaluation_corpora"] = sources
     with atomic_path(args.out) as tmp:
         torch.save(data, tmp)
