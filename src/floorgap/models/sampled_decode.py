@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from floorgap.sampling import SamplingLaw, keyed_draws, law_topk
 from floorgap.seeds import generator_for
@@ -55,6 +57,47 @@ def left_padded(prompts: Sequence[Sequence[int]], pad_id: int
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 
+class _PreallocatedLayer(DynamicLayer):
+    """A full-attention cache layer with its keys and values in buffers sized for the whole
+    decode: a step writes one position instead of concatenating (and so copying) the cache,
+    which at 128 rows of 800 tokens cost more than the step's matmuls. ``keys``/``values``
+    are views of the filled positions; the interface is what the attention and
+    :meth:`transformers.DynamicCache.batch_select_indices` call."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, room: int) -> None:
+        self.is_initialized = True
+        b, h, n, d = keys.shape
+        self._k = keys.new_zeros((b, h, n + room, d))
+        self._v = values.new_zeros((b, h, n + room, d))
+        self._k[:, :, :n], self._v[:, :, :n] = keys, values
+        self._n = n
+        self.device = keys.device
+
+    @property
+    def keys(self) -> torch.Tensor:
+        return self._k[:, :, :self._n]
+
+    @property
+    def values(self) -> torch.Tensor:
+        return self._v[:, :, :self._n]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        m = key_states.shape[-2]
+        if self._n + m > self._k.shape[-2]:
+            raise RuntimeError("decode ran past the room its cache was sized for")
+        self._k[:, :, self._n:self._n + m] = key_states
+        self._v[:, :, self._n:self._n + m] = value_states
+        self._n += m
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self._n
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._k, self._v = self._k[indices], self._v[indices]
+
+
 #: Prompts prefilled together when the cache can be joined afterwards: each group pads only to
 #: its own longest prompt, so one long prompt no longer pads every row of a wide batch (with
 #: 128 rows and one 448-token prompt the padded prefill cost ~4x the prompts' own tokens).
@@ -64,22 +107,19 @@ PREFILL_ROWS = 16
 def _joinable(cache: Any) -> bool:
     """Whether a cache's layers are plain full-attention layers, whose key/value rows can be
     left-padded and stacked across prefill groups (a sliding window's cut cache cannot)."""
-    from transformers.cache_utils import DynamicLayer
-
     return all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
 def _prefill(model: Any, prompts: Sequence[Sequence[int]], order: Sequence[int], pad_id: int,
              read_features: bool, taps: Sequence[int] | None, features_dtype: torch.dtype,
-             prefill_rows: int) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor,
-                                         list[torch.Tensor]]:
+             prefill_rows: int, room: int
+             ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     """Prefill the prompts in ``order`` (shortest first): the cache, the batch's attention mask
     and position ids [B, width] (left-padded to the longest prompt), the last logits [B, V]
     and, with features, each row's prompt features. Full-attention caches are prefilled in
     groups of ``prefill_rows`` and joined, which equals one padded prefill up to rounding (a
-    padded key is masked out either way)."""
-    from transformers import DynamicCache
-
+    padded key is masked out either way), into layers with ``room`` more positions
+    (:class:`_PreallocatedLayer`)."""
     from floorgap.models.drafters import concat_taps
 
     device = next(model.parameters()).device
@@ -87,11 +127,12 @@ def _prefill(model: Any, prompts: Sequence[Sequence[int]], order: Sequence[int],
     _, mask, pos = left_padded(chosen, pad_id)
     width = mask.shape[1]
     cache = DynamicCache(config=model.config)
-    group = prefill_rows if _joinable(cache) else len(chosen)
+    joinable = _joinable(cache)
+    group = prefill_rows if joinable else len(chosen)
     parts, logits, feats = [], [], []
     for a in range(0, len(chosen), group):
         ids, gmask, gpos = left_padded(chosen[a:a + group], pad_id)
-        part = cache if group >= len(chosen) else DynamicCache(config=model.config)
+        part = DynamicCache(config=model.config) if joinable else cache
         out = model(input_ids=ids.to(device), attention_mask=gmask.to(device),
                     position_ids=gpos.to(device), cache=part, use_cache=True,
                     output_hidden_states=read_features, logits_to_keep=1)
@@ -100,14 +141,14 @@ def _prefill(model: Any, prompts: Sequence[Sequence[int]], order: Sequence[int],
         if read_features:
             f = concat_taps(out.hidden_states, taps).to("cpu", features_dtype)
             feats += [f[b, ids.shape[1] - len(p):] for b, p in enumerate(chosen[a:a + group])]
-    if len(parts) > 1:
-        for layer, *pieces in zip(cache.layers, *(p.layers for p, _ in parts)):
+    if joinable:
+        # the groups' caches left-padded to one width, in a buffer with room for every step
+        for index, pieces in enumerate(zip(*(p.layers for p, _ in parts))):
             pads = [pad for _, pad in parts]
-            layer.keys = torch.cat([torch.nn.functional.pad(x.keys, (0, 0, pad, 0))
-                                    for x, pad in zip(pieces, pads)])
-            layer.values = torch.cat([torch.nn.functional.pad(x.values, (0, 0, pad, 0))
-                                      for x, pad in zip(pieces, pads)])
-            layer.device, layer.is_initialized = layer.keys.device, True
+            cache.layers[index] = _PreallocatedLayer(
+                *(torch.cat([torch.nn.functional.pad(getattr(x, kind), (0, 0, pad, 0))
+                             for x, pad in zip(pieces, pads)]) for kind in ("keys", "values")),
+                room=room)
     return cache, mask.to(device), pos.to(device), torch.cat(logits), feats
 
 
@@ -139,7 +180,8 @@ def decode_with_targets(model: Any, prompts: Sequence[Sequence[int]], seeds: Seq
     # batch position -> prompt index, shortest prompt first (the prefill groups pad least)
     rows = sorted(range(n), key=lambda i: (len(prompts[i]), i))
     cache, mask, pos, logits, prompt_feats = _prefill(
-        model, prompts, rows, pad_id, read_features, taps, features_dtype, prefill_rows)
+        model, prompts, rows, pad_id, read_features, taps, features_dtype, prefill_rows,
+        room=max_new_tokens + 1)
 
     def keep_rows(keep: list[int], *tensors: torch.Tensor) -> tuple[Any, ...]:
         """Keep the batch positions ``keep``: in the cache, the row map and ``tensors``."""
