@@ -387,3 +387,14 @@ def test_the_paper_config_compares_the_qwen3_targets_with_their_own_released_dra
         # imported baselines need no training data on the compared targets
         assert all(spec.is_imported(v, t) for v in spec.target_drafters(t)) or t == spec.primary
     assert len(hubs) == 6
+
+
+def test_training_prompts_may_be_counted_per_domain_naming_every_domain() -> None:
+    cfg = default()
+    counts = {d: 3 for d in cfg["domains"]}
+    cfg["drafters"]["training_data"]["prompts_per_domain"] = counts
+    spec = resolve(cfg).drafter_data_spec(next(iter(cfg["targets"])))
+    assert spec["training_data"]["prompts_per_domain"] == counts
+    cfg["drafters"]["training_data"]["prompts_per_domain"] = dict(counts, nope=3)
+    with pytest.raises(ConfigError, match="give a count for every domain"):
+        resolve(cfg)

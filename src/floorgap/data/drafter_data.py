@@ -231,14 +231,15 @@ TRAINING_CORPUS = "training"
 def training_domains(spec: Mapping[str, Any], excluded: Mapping[str, set[str]]
                      ) -> tuple[list[dict[str, Any]], dict[str, set[str]], dict[str, int]]:
     """(domains to draw training prompts from, their excluded prompt ids, prompts of each):
-    every floor domain, ``prompts_per_domain`` each, its evaluation ids excluded; or, with a
-    training ``corpus``, that one source, whose excluded ids are the texts of every domain's
-    evaluation prompts."""
+    every floor domain, ``prompts_per_domain`` each (or its own count), its evaluation ids
+    excluded; or, with a training ``corpus``, that one source, whose excluded ids are the texts
+    of every domain's evaluation prompts."""
     cfg = spec["training_data"]
     corpus = cfg.get("corpus")
     if corpus is None:
-        n = int(cfg["prompts_per_domain"])
-        return list(spec["domains"]), dict(excluded), {d["name"]: n for d in spec["domains"]}
+        n = cfg["prompts_per_domain"]                     # one count, or one per domain
+        return list(spec["domains"]), dict(excluded), {
+            d["name"]: int(n[d["name"]] if isinstance(n, Mapping) else n) for d in spec["domains"]}
     dom = {"name": TRAINING_CORPUS, "source": corpus["source"],
            "text_field": corpus.get("text_field")}
     texts = {f"{TRAINING_CORPUS}:{pid.split(':', 1)[-1]}" for ids in excluded.values()
