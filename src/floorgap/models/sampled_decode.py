@@ -8,9 +8,9 @@ forward and no second pass over the text is needed. The tap features of a token 
 states of the forward that consumes it (the prefill for the prompt, the next decode step for a
 response token), so a row stays one step after its last token when features are read.
 
-Rows leave the batch as soon as nothing more is read from them (their key/value cache rows are
-dropped), so a batch of unequal responses costs what its rows need, not its longest row times
-the batch. Each row draws its tokens from its own generator (``generator_for(seed)``), one
+Rows from which nothing more is read leave the batch (their key/value cache rows are dropped)
+once they are a quarter of it, so a batch of unequal responses costs about what its rows need,
+not its longest row times the batch, without copying the cache for every row that ends. Each row draws its tokens from its own generator (``generator_for(seed)``), one
 uniform per token, so a response depends on its seed, not on the rows beside it (the batch
 changes it only through float rounding).
 """
@@ -191,22 +191,29 @@ def decode_with_targets(model: Any, prompts: Sequence[Sequence[int]], seeds: Seq
     for i, f in zip(rows, prompt_feats):
         feats[i].append(f)
     last = pos[:, -1]
-    while rows:
-        logits = logits.float()
-        vals, top = law_topk(target_law, logits, top_k)
-        drawn = keyed_draws(law, logits, [generators[i] for i in rows]).cpu()
+    while True:
+        # the rows still drawing: a finished row only waits in the batch to be dropped
+        drawing = [b for b, i in enumerate(rows) if not finished[i]]
+        step = logits[drawing].float()
+        vals, top = law_topk(target_law, step, top_k)
+        drawn = torch.full((len(rows),), int(pad_id), dtype=torch.long)
+        drawn[drawing] = keyed_draws(law, step, [generators[rows[b]] for b in drawing]).cpu()
         vals, top = vals.cpu(), top.to("cpu", torch.int32)
-        for b, i in enumerate(rows):
-            tok = int(drawn[b])
-            tokens[i].append(tok)
-            steps[i].append((top[b], vals[b]))
-            finished[i] = tok in eos or len(tokens[i]) >= max_new_tokens
-        # a finished row is fed once more only for the features of its last token
-        fed = [b for b, i in enumerate(rows) if read_features or not finished[i]]
+        for j, b in enumerate(drawing):
+            i = rows[b]
+            tokens[i].append(int(drawn[b]))
+            steps[i].append((top[j], vals[j]))
+            finished[i] = tokens[i][-1] in eos or len(tokens[i]) >= max_new_tokens
+        # fed: the rows drawing on, and one that just finished once more for its last token's
+        # features; the others are dropped from the cache once they are a quarter of the batch
+        # (each drop copies the whole cache, so one per finished row would cost more than
+        # their wasted rows of the forward)
+        fed = [b for b in drawing if read_features or not finished[rows[b]]]
         if not fed:
             break
-        if len(fed) < len(rows):
+        if len(rows) - len(fed) > len(rows) // 4:
             rows, mask, last, drawn = keep_rows(fed, mask, last, drawn)
+            fed = list(range(len(fed)))
         mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1)
         last = last + 1
         out = model(input_ids=drawn[:, None].to(device), attention_mask=mask,
@@ -214,14 +221,11 @@ def decode_with_targets(model: Any, prompts: Sequence[Sequence[int]], seeds: Seq
                     output_hidden_states=read_features, logits_to_keep=1)
         if read_features:
             f = concat_taps(out.hidden_states, taps)[:, -1].to("cpu", features_dtype)
-            for b, i in enumerate(rows):
-                feats[i].append(f[b:b + 1])
+            for b in fed:
+                feats[rows[b]].append(f[b:b + 1])
         logits = out.logits[:, -1]
-        going = [b for b, i in enumerate(rows) if not finished[i]]
-        if not going:
+        if all(finished[rows[b]] for b in fed):
             break
-        if len(going) < len(rows):
-            rows, mask, last, logits = keep_rows(going, mask, last, logits)
     return [DecodedRow(token_ids=tokens[i], censored=tokens[i][-1] not in eos,
                        target_ids=torch.stack([t for t, _ in steps[i]]),
                        target_vals=torch.stack([v for _, v in steps[i]]),
