@@ -398,3 +398,28 @@ def test_training_prompts_may_be_counted_per_domain_naming_every_domain() -> Non
     cfg["drafters"]["training_data"]["prompts_per_domain"] = dict(counts, nope=3)
     with pytest.raises(ConfigError, match="give a count for every domain"):
         resolve(cfg)
+
+
+@pytest.mark.parametrize("overlay", sorted((REPO / "workflow" / "configs" / "studies")
+                                           .glob("*.yaml")), ids=lambda p: p.name)
+def test_a_study_overlay_merged_into_the_default_validates_and_resolves(overlay) -> None:
+    """A study is run as `--configfile config.yaml <overlay>`: Snakemake merges the two
+    mappings, and the merged config must pass the schema and the cross-section checks; every
+    drafter the overlay adds is one the DAG can build."""
+    import jsonschema
+    from snakemake.utils import update_config
+
+    cfg = default()
+    study = yaml.safe_load(overlay.read_text())
+    update_config(cfg, study)
+    jsonschema.validate(cfg, yaml.safe_load(
+        (REPO / "workflow" / "schemas" / "config.schema.yaml").read_text()))
+    spec = resolve(cfg)
+    added = [name for section in ("variants", "lookups") for name in
+             (study["drafters"].get(section) or {})]
+    added += list((study["drafters"].get("budget") or {}).get("arms") or {})
+    assert added and set(added) <= set(spec.drafter_names)
+    target = spec.primary
+    for name in added:
+        entry = spec.variant_entry(name, target)
+        assert entry["kind"]
