@@ -399,9 +399,9 @@ def teacher_forced_agreement(model: Any, prompts: Sequence[Any],
                              formatted: Mapping[str, list[int]],
                              decoded: Sequence[DecodedRow], st: _Settings) -> dict[str, Any]:
     """The decode's targets against a teacher-forced forward over the same sequences (every
-    :data:`AGREEMENT_EVERY`-th one): the largest probability difference, the mean top-K TV, the share of top-K ids
-    that agree where the mass is clearly kept (p > 1e-4) and, with features, the largest
-    feature difference relative to the sequence's largest feature. Raises ``StageError``
+    :data:`AGREEMENT_EVERY`-th one): the largest probability difference, the mean top-K TV,
+    the share of top-K ids that agree where the mass is clearly kept (p > 1e-4) and, with
+    features, the largest feature difference relative to the sequence's largest feature. Raises ``StageError``
     beyond :data:`AGREEMENT_TOLERANCE` of the model's dtype."""
     from floorgap.estimators.topk import topk_tv
 
