@@ -10,9 +10,11 @@ response token), so a row stays one step after its last token when features are 
 
 Rows from which nothing more is read leave the batch (their key/value cache rows are dropped)
 once they are a quarter of it, so a batch of unequal responses costs about what its rows need,
-not its longest row times the batch, without copying the cache for every row that ends. Each row draws its tokens from its own generator (``generator_for(seed)``), one
-uniform per token, so a response depends on its seed, not on the rows beside it (the batch
-changes it only through float rounding).
+not its longest row times the batch, without copying the cache for every row that ends. Each
+row draws its tokens from its own generator (``generator_for(seed)``), one uniform per token,
+so a response depends on its seed, not on the rows beside it (the batch changes it only through
+float rounding). Full-attention caches are prefilled in groups and kept in buffers sized for
+the whole decode (:func:`_prefill`).
 """
 
 from __future__ import annotations
