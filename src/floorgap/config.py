@@ -852,12 +852,12 @@ def check_consistency(spec: WorkflowSpec) -> None:
     _check_checkpoints(spec)
     _check_checks(spec)
     for target in spec.targets:
-        counts = spec.settings(target)["drafters"]["training_data"]["prompts_per_domain"]
-        if isinstance(counts, Mapping) and set(counts) != set(spec.settings(target)["domains"]):
+        settings = spec.settings(target)
+        counts = settings["drafters"]["training_data"]["prompts_per_domain"]
+        if isinstance(counts, Mapping) and set(counts) != set(settings["domains"]):
             raise ConfigError(f"drafters.training_data.prompts_per_domain ({target}) names "
-                              f"{sorted(counts)}, the domains are "
-                              f"{sorted(spec.settings(target)['domains'])}: give a count for "
-                              "every domain, or one integer")
+                              f"{sorted(counts)}, the domains are {sorted(settings['domains'])}: "
+                              "give a count for every domain, or one integer")
     for role in ROLES:
         name = spec.roles.get(role)
         if name not in spec.variants:

@@ -405,7 +405,9 @@ def teacher_forced_agreement(model: Any, prompts: Sequence[Any],
     beyond :data:`AGREEMENT_TOLERANCE` of the model's dtype."""
     from floorgap.estimators.topk import topk_tv
 
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    from floorgap.models.targets import dtype_name
+
+    dtype = dtype_name(next(model.parameters()).dtype)
     worst = agree = kept = tv_sum = 0.0
     feature_gap = 0.0
     compared = positions = 0
@@ -461,9 +463,10 @@ def precision_agreement(model: Any, reference: Any, prompts: Sequence[Any],
     trained toward ``model``'s law and scored against ``reference``'s, so the mean TV is the
     part of every trained drafter's held-out R the precision alone explains."""
     from floorgap.estimators.barycentre import tv_distance
+    from floorgap.models.targets import dtype_name
 
     tvs, worst = [], 0.0
-    dtypes = [str(next(m.parameters()).dtype).removeprefix("torch.") for m in (model, reference)]
+    dtypes = [dtype_name(next(m.parameters()).dtype) for m in (model, reference)]
     device = next(reference.parameters()).device
     for i in range(0, len(prompts), AGREEMENT_EVERY):
         prompt, row = formatted[prompts[i].prompt_id], decoded[i]

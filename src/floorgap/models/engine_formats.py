@@ -70,7 +70,7 @@ import torch
 from torch import Tensor, nn
 
 from floorgap.models.drafters import Drafter, DrafterConfig, build_drafter
-from floorgap.models.targets import text_config
+from floorgap.models.targets import dtype_name, text_config
 
 __all__ = [
     "CONFIG_FILE",
@@ -185,10 +185,6 @@ def _check_exportable(cfg: DrafterConfig, fmt: str) -> None:
                              "engine has that module); export it as 'floorgap'")
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 def _qwen3_fields(cfg: DrafterConfig, dtype: torch.dtype, max_positions: int) -> dict[str, Any]:
     """The Qwen3 decoder config of the drafter's layers (what engines build them from)."""
     return {
@@ -206,7 +202,7 @@ def _qwen3_fields(cfg: DrafterConfig, dtype: torch.dtype, max_positions: int) ->
         "vocab_size": cfg.vocab_size,
         "attention_bias": False,
         "tie_word_embeddings": False,
-        "torch_dtype": _dtype_name(dtype),
+        "torch_dtype": dtype_name(dtype),
     }
 
 

@@ -56,6 +56,12 @@ def text_config(config: Any) -> Any:
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """The config's name of a torch dtype (``torch.bfloat16`` -> ``bfloat16``), the inverse of
+    :func:`torch_dtype`."""
+    return str(dtype).removeprefix("torch.")
+
+
 def torch_dtype(name: str | torch.dtype) -> torch.dtype:
     """The torch dtype named in a config (``float32``, ``bfloat16``, ``float16``)."""
     if isinstance(name, torch.dtype):
@@ -419,7 +425,7 @@ def _model_info(spec: dict[str, Any], prov: dict[str, Any], model: Any, tok: Any
         "tokenizer_size": len(tok),
         "num_hidden_layers": int(text.num_hidden_layers),
         "hidden_size": int(text.hidden_size),
-        "dtype": str(dtype).removeprefix("torch."),
+        "dtype": dtype_name(dtype),
         "device": spec.get("device", "cpu"),
         "chat_template": bool(getattr(tok, "chat_template", None)),
         "template_supports_thinking": template_supports_thinking(tok),
@@ -513,7 +519,7 @@ def load_target(model_dir: str | os.PathLike[str], dtype: str | torch.dtype = "f
     name = (torch.cuda.get_device_name(where) if where.type == "cuda"
             and torch.cuda.is_available() else where.type)
     log.info("target %s on %s (%s), %s, %d threads", Path(model_dir).name, where, name,
-             str(next(model.parameters()).dtype).removeprefix("torch."), torch.get_num_threads())
+             dtype_name(next(model.parameters()).dtype), torch.get_num_threads())
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     tok.padding_side = "left"
     if tok.pad_token_id is None:
