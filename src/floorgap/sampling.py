@@ -62,7 +62,9 @@ def law_topk(law: SamplingLaw, logits: torch.Tensor, k: int) -> tuple[torch.Tens
     if not law.is_plain:
         vals, ids = law.probs(logits).topk(k, dim=-1)
         return vals.float(), ids
-    scaled = logits.float() / law.temperature
+    scaled = logits.float()
+    if law.temperature != 1.0:   # x / 1 == x: skip the pass over the vocabulary
+        scaled = scaled / law.temperature
     top, ids = scaled.topk(k, dim=-1)
     return (top - torch.logsumexp(scaled, dim=-1, keepdim=True)).exp(), ids
 

@@ -24,5 +24,5 @@ rule drafter_data:
     conda:
         CONDA_ENV
     shell:
-        "floorgap drafter_data --spec {params.spec:q} --model-dir {input.model}"
+        REUSE_FREED_MEMORY + "floorgap drafter_data --spec {params.spec:q} --model-dir {input.model}"
         " --corpus {input.corpus} --out {output} --log {log} --threads {threads}"

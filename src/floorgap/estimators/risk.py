@@ -273,7 +273,8 @@ def warp_logits(
         raise ValueError("temperature must be positive")
     if not 0.0 < top_p <= 1.0:
         raise ValueError("top_p must lie in (0, 1]")
-    probs = torch.softmax(logits / temperature, dim=-1)
+    # x / 1 == x exactly: at temperature 1 the division (a pass over [..., V]) is skipped
+    probs = torch.softmax(logits if temperature == 1.0 else logits / temperature, dim=-1)
     if top_p >= 1.0 and (top_k is None or top_k <= 0 or top_k >= logits.shape[-1]):
         return probs
     return _truncate(probs, top_p, top_k)

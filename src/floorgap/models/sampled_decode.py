@@ -135,9 +135,13 @@ def _prefill(model: Any, prompts: Sequence[Sequence[int]], order: Sequence[int],
     for a in range(0, len(chosen), group):
         ids, gmask, gpos = left_padded(chosen[a:a + group], pad_id)
         part = DynamicCache(config=model.config) if joinable else cache
+        # the head on the last position, named by index: the model's own ``logits_to_keep=1``
+        # slices a strided [B, 1, H] view, which CPU bf16 matmul multiplies by a copy of the
+        # head per row (16 rows: 0.85 s a call against 2 ms for the gathered rows, SmolLM2)
         out = model(input_ids=ids.to(device), attention_mask=gmask.to(device),
                     position_ids=gpos.to(device), cache=part, use_cache=True,
-                    output_hidden_states=read_features, logits_to_keep=1)
+                    output_hidden_states=read_features,
+                    logits_to_keep=torch.tensor([ids.shape[1] - 1], device=device))
         logits.append(out.logits[:, -1])
         parts.append((part, width - ids.shape[1]))
         if read_features:
