@@ -5,13 +5,18 @@ family and a sliding-window one whose window the prompts exceed."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig
 
 from floorgap.data.corpus import generate_batch
 from floorgap.models.drafters import target_features
-from floorgap.models.sampled_decode import decode_with_targets
+from floorgap.models import sampled_decode
+from floorgap.models.sampled_decode import decode_with_targets, row_groups
 from floorgap.sampling import SamplingLaw
 
 SMALL = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
@@ -45,10 +50,13 @@ def _decode(model, prompts=PROMPTS, seeds=SEEDS, max_new=12, eos=(EOS,), taps=TA
                                prefill_rows=prefill_rows)
 
 
-# prefill groups of 1 and 3 rows joined (full attention) against one padded prefill
-@pytest.mark.parametrize("prefill_rows", [1, 3, 16])
+# prefill groups of 1 and 3 rows joined (full attention) against one padded prefill; with no
+# cost to a further attention call every row of a joined cache reads its keys in a group of its own
+@pytest.mark.parametrize(("prefill_rows", "overhead"), [(1, None), (3, None), (16, None), (16, 0)])
 def test_the_tokens_are_generates_and_the_targets_a_teacher_forced_forwards(
-        model, prefill_rows) -> None:
+        model, prefill_rows, overhead, monkeypatch) -> None:
+    if overhead is not None:
+        monkeypatch.setattr(sampled_decode, "ROW_GROUP_OVERHEAD", overhead)
     # a frequent end token, so rows end at different steps and leave the batch
     rows = _decode(model, eos=(EOS, 50, 51, 52, 53, 54, 55, 56, 57), prefill_rows=prefill_rows)
     reference = generate_batch(model, PROMPTS, SEEDS, law=LAW, max_new_tokens=12,
@@ -116,3 +124,24 @@ def test_the_agreement_check_passes_rounding_and_refuses_a_misread_position(mode
                 teacher_forced_agreement(cast, prompts, formatted, late, st)
     finally:
         model.to(torch.float32)
+
+
+def _reads(groups, starts, overhead):
+    top = max(starts)
+    return sum((b - a) * (top - first) + overhead for a, b, first in groups)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 60), min_size=1, max_size=7), st.integers(0, 80))
+def test_row_groups_are_the_cheapest_split_of_the_rows(starts, overhead) -> None:
+    groups = row_groups(starts, overhead)
+    # contiguous ranges covering every row once, each reading from its earliest row's start
+    assert [a for a, _, _ in groups] == [0] + [b for _, b, _ in groups[:-1]]
+    assert groups[-1][1] == len(starts)
+    assert all(first == min(starts[a:b]) for a, b, first in groups)
+    # no other split into contiguous ranges reads fewer keys (every split, enumerated)
+    n = len(starts)
+    for cuts in itertools.product([False, True], repeat=n - 1):
+        bounds = [0] + [i + 1 for i, c in enumerate(cuts) if c] + [n]
+        other = [(a, b, min(starts[a:b])) for a, b in zip(bounds, bounds[1:])]
+        assert _reads(groups, starts, overhead) <= _reads(other, starts, overhead)

@@ -14,18 +14,23 @@ not its longest row times the batch, without copying the cache for every row tha
 row draws its tokens from its own generator (``generator_for(seed)``), one uniform per token,
 so a response depends on its seed, not on the rows beside it (the batch changes it only through
 float rounding). Full-attention caches are prefilled in groups and kept in buffers sized for
-the whole decode (:func:`_prefill`).
+the whole decode (:func:`_prefill`), and a step's attention reads each group of rows' keys from
+its first prompt position on, not the batch's padded width (:func:`row_groups`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.modeling_utils import AttentionInterface
 
 from floorgap.sampling import SamplingLaw, keyed_draws, law_topk
 from floorgap.seeds import generator_for
@@ -158,6 +163,90 @@ def _prefill(model: Any, prompts: Sequence[Sequence[int]], order: Sequence[int],
     return cache, mask.to(device), pos.to(device), torch.cat(logits), feats
 
 
+#: What a further attention call costs, in key positions of one row read: a group of rows is
+#: split off when it saves more reads than this (SmolLM2 bf16 on 2 cores: a call of ~100 rows
+#: of 400 keys takes ~2 ms, the call itself some 40 us).
+ROW_GROUP_OVERHEAD = 1024
+
+
+def row_groups(starts: Sequence[int], overhead: int | None = None
+               ) -> list[tuple[int, int, int]]:
+    """Contiguous row ranges ``(a, b, first)`` of a left-padded batch and the first key column
+    ``first`` they must read: the split with the fewest key positions read plus ``overhead`` a
+    group (an exact dynamic programme over the rows in batch order). ``starts[i]`` is row i's
+    first unpadded column; every row reads on to the same last column, so a group reads
+    ``(b - a) * (last - first)`` positions and only the padding differs between splits.
+    ``overhead`` defaults to :data:`ROW_GROUP_OVERHEAD`."""
+    overhead = ROW_GROUP_OVERHEAD if overhead is None else overhead
+    n = len(starts)
+    top = max(starts, default=0)
+    best = [0] + [None] * n
+    cut = [0] * (n + 1)
+    for b in range(1, n + 1):
+        first = top
+        for a in range(b - 1, -1, -1):
+            first = min(first, starts[a])
+            cost = best[a] + (b - a) * (top - first) + overhead
+            if best[b] is None or cost < best[b]:
+                best[b], cut[b] = cost, a
+    groups, b = [], n
+    while b > 0:
+        a = cut[b]
+        groups.append((a, b, min(starts[a:b])))
+        b = a
+    return groups[::-1]
+
+
+def _row_group_attention(module: Any, query: torch.Tensor, key: torch.Tensor,
+                         value: torch.Tensor, attention_mask: torch.Tensor | None,
+                         row_groups: Sequence[tuple[int, int, int]] | None = None,
+                         **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """PyTorch SDPA, one call per group of rows of a one-token step on the keys from the
+    group's first unpadded column (:func:`row_groups`): a short prompt's row no longer reads
+    the padding of the batch's longest. The dropped columns are masked out for every row of
+    the group, so the result is the padded call's up to float rounding."""
+    if row_groups is None or query.shape[2] != 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    outputs = []
+    for a, b, first in row_groups:
+        mask = attention_mask
+        if mask is not None:
+            mask = mask[..., first:] if mask.shape[0] == 1 else mask[a:b, ..., first:]
+        outputs.append(sdpa_attention_forward(module, query[a:b], key[a:b, :, first:],
+                                              value[a:b, :, first:], mask, **kwargs)[0])
+    return torch.cat(outputs), None
+
+
+#: the attention implementation of the decode steps of a joined full-attention cache
+ROW_GROUP_ATTENTION = "floorgap_row_groups"
+AttentionInterface.register(ROW_GROUP_ATTENTION, _row_group_attention)
+AttentionMaskInterface.register(ROW_GROUP_ATTENTION, sdpa_mask)
+
+
+def _groupable(model: Any, cache: Any) -> bool:
+    """Whether the decode steps read keys by row groups (:func:`row_groups`): a joined
+    full-attention cache under PyTorch SDPA; other caches and implementations run as they are."""
+    return (isinstance(cache.layers[0], _PreallocatedLayer)
+            and model.config._attn_implementation == "sdpa")
+
+
+def _first_columns(mask: torch.Tensor) -> list[int]:
+    """Each row's first unpadded column of a left-padded attention mask [B, width]."""
+    return (mask.cumsum(-1) == 0).sum(-1).tolist()
+
+
+@contextmanager
+def _attention_implementation(model: Any, name: str | None) -> Iterator[None]:
+    """Run the model's attention as ``name`` inside the block (None: leave it as it is)."""
+    own = model.config._attn_implementation
+    if name is not None:
+        model.config._attn_implementation = name
+    try:
+        yield
+    finally:
+        model.config._attn_implementation = own
+
+
 @torch.inference_mode()
 def decode_with_targets(model: Any, prompts: Sequence[Sequence[int]], seeds: Sequence[int], *,
                         law: SamplingLaw, target_law: SamplingLaw, top_k: int,
@@ -197,41 +286,46 @@ def decode_with_targets(model: Any, prompts: Sequence[Sequence[int]], seeds: Seq
     for i, f in zip(rows, prompt_feats):
         feats[i].append(f)
     last = pos[:, -1]
-    while True:
-        # the rows still drawing: a finished row only waits in the batch to be dropped
-        drawing = [b for b, i in enumerate(rows) if not finished[i]]
-        step = logits[drawing].float()
-        vals, top = law_topk(target_law, step, top_k)
-        drawn = torch.full((len(rows),), int(pad_id), dtype=torch.long)
-        drawn[drawing] = keyed_draws(law, step, [generators[rows[b]] for b in drawing]).cpu()
-        vals, top = vals.cpu(), top.to("cpu", torch.int32)
-        for j, b in enumerate(drawing):
-            i = rows[b]
-            tokens[i].append(int(drawn[b]))
-            steps[i].append((top[j], vals[j]))
-            finished[i] = tokens[i][-1] in eos or len(tokens[i]) >= max_new_tokens
-        # fed: the rows drawing on, and one that just finished once more for its last token's
-        # features; the others are dropped from the cache once they are a quarter of the batch
-        # (each drop copies the whole cache, so one per finished row would cost more than
-        # their wasted rows of the forward)
-        fed = [b for b in drawing if read_features or not finished[rows[b]]]
-        if not fed:
-            break
-        if len(rows) - len(fed) > len(rows) // 4:
-            rows, mask, last, drawn = keep_rows(fed, mask, last, drawn)
-            fed = list(range(len(fed)))
-        mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1)
-        last = last + 1
-        out = model(input_ids=drawn[:, None].to(device), attention_mask=mask,
-                    position_ids=last[:, None], cache=cache, use_cache=True,
-                    output_hidden_states=read_features, logits_to_keep=1)
-        if read_features:
-            f = concat_taps(out.hidden_states, taps)[:, -1].to("cpu", features_dtype)
-            for b in fed:
-                feats[rows[b]].append(f[b:b + 1])
-        logits = out.logits[:, -1]
-        if all(finished[rows[b]] for b in fed):
-            break
+    grouped = _groupable(model, cache)
+    groups = row_groups(_first_columns(mask)) if grouped else None
+    with _attention_implementation(model, ROW_GROUP_ATTENTION if grouped else None):
+        while True:
+            # the rows still drawing: a finished row only waits in the batch to be dropped
+            drawing = [b for b, i in enumerate(rows) if not finished[i]]
+            step = logits[drawing].float()
+            vals, top = law_topk(target_law, step, top_k)
+            drawn = torch.full((len(rows),), int(pad_id), dtype=torch.long)
+            drawn[drawing] = keyed_draws(law, step, [generators[rows[b]] for b in drawing]).cpu()
+            vals, top = vals.cpu(), top.to("cpu", torch.int32)
+            for j, b in enumerate(drawing):
+                i = rows[b]
+                tokens[i].append(int(drawn[b]))
+                steps[i].append((top[j], vals[j]))
+                finished[i] = tokens[i][-1] in eos or len(tokens[i]) >= max_new_tokens
+            # fed: the rows drawing on, and one that just finished once more for its last token's
+            # features; the others are dropped from the cache once they are a quarter of the batch
+            # (each drop copies the whole cache, so one per finished row would cost more than
+            # their wasted rows of the forward)
+            fed = [b for b in drawing if read_features or not finished[rows[b]]]
+            if not fed:
+                break
+            if len(rows) - len(fed) > len(rows) // 4:
+                rows, mask, last, drawn = keep_rows(fed, mask, last, drawn)
+                fed = list(range(len(fed)))
+                groups = row_groups(_first_columns(mask)) if grouped else None
+            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1)
+            last = last + 1
+            out = model(input_ids=drawn[:, None].to(device), attention_mask=mask,
+                        position_ids=last[:, None], cache=cache, use_cache=True,
+                        output_hidden_states=read_features, logits_to_keep=1,
+                        **({"row_groups": groups} if grouped else {}))
+            if read_features:
+                f = concat_taps(out.hidden_states, taps)[:, -1].to("cpu", features_dtype)
+                for b in fed:
+                    feats[rows[b]].append(f[b:b + 1])
+            logits = out.logits[:, -1]
+            if all(finished[rows[b]] for b in fed):
+                break
     return [DecodedRow(token_ids=tokens[i], censored=tokens[i][-1] not in eos,
                        target_ids=torch.stack([t for t, _ in steps[i]]),
                        target_vals=torch.stack([v for _, v in steps[i]]),
