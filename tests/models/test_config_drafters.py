@@ -131,7 +131,7 @@ def one_step(path: Path, target: str, name: str, real: bool) -> None:
     with _fake_mode() if not real else nullcontext():
         torch.manual_seed(1)
         drafter = build_drafter(dcfg, model)
-        if entry.get("init", "random") == "target":
+        if entry.get("init", "random") in ("target", "target_scaled"):
             init_from_target(drafter, model)
         feats = torch.randn(b, t, len(taps) * int(tcfg.hidden_size))
         committed = torch.randint(0, vocab - 1, (b,))

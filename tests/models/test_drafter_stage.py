@@ -126,6 +126,35 @@ def test_drafter_cli_trains_resumes_and_loads(smoke_domain_records, train_data, 
         assert torch.equal(params[k].detach(), v)
 
 
+def test_a_target_scaled_drafter_records_the_targets_residual_scale(smoke_domain_records,
+                                                                     train_data, tmp_path):
+    """init: target_scaled starts the layers as the target's last ones and scales the block
+    rows by the residual scale measured on the first training sequences, kept in the drafter's
+    config (so the evaluation rebuilds it)."""
+    from floorgap.models.drafter_training import SCALE_SEQUENCES, split_sequences
+    from floorgap.models.drafters import residual_scale
+    from floorgap.models.targets import load_target
+
+    cfg, target, model_dir, *_ = smoke_domain_records
+    data_path, data = train_data
+    variant = dict(cfg["drafters"]["variants"]["dflash"], name="dflash", init="target_scaled")
+    spec = {"target": target, "variant": variant, "taps": cfg["drafters"]["taps"],
+            "train": dict(cfg["drafters"]["train"], epochs=1), "gamma": cfg["anchors"]["gamma"],
+            "seed": cfg["seed"]}
+    final, log = tmp_path / "scaled" / "final.pt", tmp_path / "stage.log"
+    argv = ["--spec", json.dumps(spec), "--model-dir", str(model_dir), "--data", str(data_path),
+            "--out", str(final), "--checkpoints", str(tmp_path / "ckpt"), "--train-log",
+            str(tmp_path / "train.jsonl"), "--threads", "1", "--no-progress", "--log", str(log)]
+    assert run_stage(train_cli.main, train_cli.build_parser(), argv) == 0
+    model, _ = load_target(model_dir, target["dtype"], "cpu")
+    train_seqs, _ = split_sequences(data, spec)
+    expected = residual_scale(model, [sequence(data, i) for i in train_seqs[:SCALE_SEQUENCES]],
+                              int(variant["layers"]))
+    drafter = load_final(final, model)
+    assert drafter.cfg.input_scale == pytest.approx(expected) and expected != pytest.approx(1.0)
+    assert "block rows scaled by" in log.read_text()
+
+
 def test_drafter_cli_exports_every_epoch_and_shares_seed_keys(smoke_domain_records, train_data,
                                                               tmp_path):
     """export_epochs writes epoch-<e>.pt in the final format (the last equals final.pt); two

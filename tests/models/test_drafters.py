@@ -320,6 +320,50 @@ def test_init_from_target_copies_the_last_layers(target):
         init_from_target(make("dflash", target, n_kv_heads=4), target)
 
 
+def test_residual_scale_is_the_streams_norm_entering_the_first_copied_layer(target):
+    """Against hooks on the target's own modules: the input of layer L - n and the embedding
+    output, their mean norms over every position."""
+    from floorgap.models.drafters import residual_scale
+
+    g = torch.Generator().manual_seed(5)
+    seqs = [torch.randint(0, V - 1, (n,), generator=g) for n in (5, 9)]
+    seen = {"in": [], "emb": []}
+
+    def layer_input(module, args, kwargs):
+        seen["in"].append(kwargs["hidden_states"] if "hidden_states" in kwargs else args[0])
+
+    hooks = [target.model.layers[1].register_forward_pre_hook(layer_input, with_kwargs=True),
+             target.model.embed_tokens.register_forward_hook(
+                 lambda m, args, out: seen["emb"].append(out))]
+    try:
+        scale = residual_scale(target, seqs, n_layers=1)
+    finally:
+        for h in hooks:
+            h.remove()
+    inner = sum(float(x.norm(dim=-1).mean()) for x in seen["in"])
+    embeds = sum(float(x.norm(dim=-1).mean()) for x in seen["emb"])
+    assert len(seen["in"]) == len(seen["emb"]) == 2
+    assert scale == pytest.approx(inner / embeds, rel=1e-5) and scale != pytest.approx(1.0)
+    with pytest.raises(ValueError, match="only 2"):
+        residual_scale(target, seqs, n_layers=3)
+
+
+def test_a_scaled_drafter_feeds_its_layers_the_rows_times_the_scale(target):
+    from floorgap.models.engine_formats import export_drafter
+
+    plain, scaled = make("dflash", target), make("dflash", target, input_scale=2.5)
+    feats = torch.randn(2, 5, 2 * H)
+    rows = torch.randn(2, G + 1, H)
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    with torch.no_grad():
+        torch.testing.assert_close(scaled.backbone(feats, rows, mask)[0],
+                                   plain.backbone(feats, rows * 2.5, mask)[0])
+        assert not torch.allclose(scaled.backbone(feats, rows, mask)[0],
+                                  plain.backbone(feats, rows, mask)[0])
+    with pytest.raises(ValueError, match="input_scale=2.5"):
+        export_drafter(scaled, "unused-folder", "dflash")
+
+
 @pytest.mark.parametrize("own_keys", [True, False])
 def test_one_context_attention_equals_attention_on_copied_keys(own_keys):
     """The shared-context fast path is attention over [context; own keys], each row's context

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 # Variant keys that map onto DrafterConfig fields of another name, or that are not model fields.
 _RENAMED = {"layers": "n_layers", "heads": "n_heads"}
 _NOT_MODEL = {"name", "epochs", "checkpoint", "seed_key", "init", "blocks", "vocab"}
+#: training sequences the residual scale of ``init: target_scaled`` is measured on
+SCALE_SEQUENCES = 8
 
 
 # The fields that fix a decoder layer's tensor shapes; a drafter layer copies them.
@@ -538,9 +540,9 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
     """
     import torch
 
-    from floorgap.data.drafter_data import load_drafter_data
+    from floorgap.data.drafter_data import load_drafter_data, sequence
     from floorgap.models.checkpoints import latest_checkpoint, run_record
-    from floorgap.models.drafters import build_drafter, init_from_target
+    from floorgap.models.drafters import build_drafter, init_from_target, residual_scale
     from floorgap.models.targets import load_target, text_config
     from floorgap.models.training import best_epoch, train
     from floorgap.progress import Timer
@@ -562,6 +564,13 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
                                    int(model.get_output_embeddings().weight.shape[0]))
     cfg = drafter_config(variant, spec["taps"], gamma, text_config(model.config),
                          draft_vocab=vocab)
+    init = variant.get("init", "random")
+    if init == "target_scaled":
+        cfg.input_scale = residual_scale(model, [sequence(data, i) for i in
+                                                 train_seqs[:SCALE_SEQUENCES]], cfg.n_layers)
+        logger.info("block rows scaled by %.1f: the target's residual stream entering its "
+                    "layer %d over its embeddings", cfg.input_scale,
+                    int(text_config(model.config).num_hidden_layers) - cfg.n_layers)
     tcfg = train_config(spec, ckpt_dir, device)
     torch.manual_seed(derive_seed(tcfg.seed, "drafter-init"))
     drafter = build_drafter(cfg, model)
@@ -569,7 +578,7 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
     resume = _resume_decision(run_record(spec, drafter.cfg, tcfg, data_sha), ckpt_dir, rank,
                               world, logger)
     found = latest_checkpoint(ckpt_dir) if resume else None
-    if variant.get("init", "random") == "target":
+    if init in ("target", "target_scaled"):
         init_from_target(drafter, model)
     common = dict(seed=int(spec["seed"]), autocast=tcfg.autocast_dtype,
                   stream=spec["train"].get("features", "memory") == "stream")

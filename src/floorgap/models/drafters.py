@@ -92,6 +92,9 @@ class DrafterConfig:
     draft_vocab: list[int] | None = None
     # a trained embedding for the mask rows in place of the frozen E(mask_token_id)
     mask_embedding: bool = False
+    # the block rows' input times this before the layers: layers copied from the target
+    # (init: target_scaled) then see a residual stream at the scale of the target's own there
+    input_scale: float = 1.0
     # block rows (see sample_from_anchor); None: the kind's own convention. A released DFlash
     # drafter of DeepSpec (Qwen3DSparkModel, markov_rank 0) reads slot k from row k = True
     anchor_rows: bool | None = None
@@ -361,7 +364,7 @@ class Backbone(nn.Module):
         n, g = block_in.shape[:2]
         t = features.shape[1]
         ctx = self.hidden_norm(self.fc(features.to(self.fc.weight.dtype)))   # [S, T, D]
-        h = block_in
+        h = block_in if self.cfg.input_scale == 1.0 else block_in * self.cfg.input_scale
         if self.slot_emb is not None:
             h = h + self.slot_emb[:g]
         # positions: prefix 0..L-1 at its real slots, the committed token at L, row j at L + j
@@ -1067,6 +1070,30 @@ def init_from_target(drafter: Drafter, target_model: nn.Module) -> list[int]:
             a.copy_(b.detach().to(a.dtype))
     drafter.backbone.norm.weight.copy_(decoder.norm.weight.detach().to(drafter.backbone.norm.weight.dtype))
     return picked
+
+
+@torch.no_grad()
+def residual_scale(target_model: nn.Module, sequences: Sequence[Tensor], n_layers: int) -> float:
+    """The input scale that puts a drafter whose ``n_layers`` layers are copies of the target's
+    last ones (:func:`init_from_target`) in the target's regime there: the mean norm of the
+    target's residual stream entering its layer ``L - n_layers`` over the mean norm of its token
+    embeddings, on the positions of ``sequences`` (token ids [T] each). On SmolLM2 the stream
+    entering layer 28 has norm ~630 and the embeddings ~3.2, so copied layers fed the block
+    rows' embeddings as they are see a residual 200x smaller than they were trained on."""
+    decoder = target_model.get_decoder() if hasattr(target_model, "get_decoder") else target_model
+    depth = len(decoder.layers) - n_layers
+    if depth < 0:
+        raise ValueError(f"the drafter has {n_layers} layers, the target only "
+                         f"{len(decoder.layers)}")
+    device = next(target_model.parameters()).device
+    inner = embeds = 0.0
+    for ids in sequences:
+        out = decoder(input_ids=ids[None].to(device), output_hidden_states=True, use_cache=False)
+        inner += float(out.hidden_states[depth].float().norm(dim=-1).mean())
+        embeds += float(out.hidden_states[0].float().norm(dim=-1).mean())
+    if not sequences or embeds <= 0:
+        raise ValueError("no sequence to measure the residual scale on")
+    return inner / embeds
 
 
 def concat_taps(hidden_states: Sequence[Tensor], taps: Sequence[int]) -> Tensor:

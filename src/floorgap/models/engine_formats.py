@@ -179,6 +179,10 @@ def _check_exportable(cfg: DrafterConfig, fmt: str) -> None:
     if fmt == "dspark" and (cfg.kind not in ("dflash", "dspark") or not cfg.sample_from_anchor):
         raise ValueError("the dspark format holds anchor-row dspark drafters and anchor-row "
                          f"dflash ones (markov_rank 0), not a {cfg.kind} drafter with DFlash rows")
+    if cfg.input_scale != 1.0:
+        raise ValueError(f"the {fmt} format cannot hold a drafter whose block rows are scaled "
+                         f"(input_scale={cfg.input_scale:g}, init: target_scaled): engines feed "
+                         "the embeddings as they are; export it as 'floorgap'")
     for option in _EXTRAS:
         if getattr(cfg, option):
             raise ValueError(f"the {fmt} format cannot hold a drafter with {option}=True (no "
