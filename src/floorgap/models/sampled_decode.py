@@ -20,8 +20,8 @@ its first prompt position on, not the batch's padded width (:func:`row_groups`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_utils import AttentionInterface
 
+from floorgap.models.shared_prefix import attention_implementation
 from floorgap.sampling import SamplingLaw, keyed_draws, law_topk
 from floorgap.seeds import generator_for
 
@@ -236,18 +237,6 @@ def _first_columns(mask: torch.Tensor) -> list[int]:
     return (mask.cumsum(-1) == 0).sum(-1).tolist()
 
 
-@contextmanager
-def _attention_implementation(model: Any, name: str | None) -> Iterator[None]:
-    """Run the model's attention as ``name`` inside the block (None: leave it as it is)."""
-    own = model.config._attn_implementation
-    if name is not None:
-        model.config._attn_implementation = name
-    try:
-        yield
-    finally:
-        model.config._attn_implementation = own
-
-
 @torch.inference_mode()
 def decode_with_targets(model: Any, prompts: Sequence[Sequence[int]], seeds: Sequence[int], *,
                         law: SamplingLaw, target_law: SamplingLaw, top_k: int,
@@ -289,7 +278,7 @@ def decode_with_targets(model: Any, prompts: Sequence[Sequence[int]], seeds: Seq
     last = pos[:, -1]
     grouped = _groupable(model, cache)
     groups = row_groups(_first_columns(mask)) if grouped else None
-    with _attention_implementation(model, ROW_GROUP_ATTENTION if grouped else None):
+    with (attention_implementation(model, ROW_GROUP_ATTENTION) if grouped else nullcontext()):
         while True:
             # the rows still drawing: a finished row only waits in the batch to be dropped
             drawing = [b for b, i in enumerate(rows) if not finished[i]]

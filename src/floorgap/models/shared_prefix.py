@@ -111,7 +111,7 @@ AttentionInterface.register(ATTENTION_NAME, shared_prefix_attention)
 
 
 @contextlib.contextmanager
-def _attention(model: Any, name: str) -> Iterator[None]:
+def attention_implementation(model: Any, name: str) -> Iterator[None]:
     """Every config of ``model`` set to attention ``name`` for the duration (then restored)."""
     configs = {id(m.config): m.config for m in model.modules()
                if hasattr(getattr(m, "config", None), "_attn_implementation")}
@@ -164,7 +164,7 @@ def decode_forward(model: Any, input_ids: torch.Tensor, cache: Any, *,
     """Logits ``[B, L', V]`` of ``input_ids`` ``[B, L]`` appended to ``cache`` (a
     :func:`path_cache`), which keeps them."""
     if isinstance(cache, SharedPrefixCache):
-        with _attention(model, ATTENTION_NAME):
+        with attention_implementation(model, ATTENTION_NAME):
             return model(input_ids=input_ids, cache=cache, use_cache=True,
                          logits_to_keep=logits_to_keep, shared_prefix=cache).logits
     return model(input_ids=input_ids, cache=cache, use_cache=True,
@@ -179,7 +179,7 @@ def sibling_logits(model: Any, siblings: torch.Tensor, cache: Any) -> torch.Tens
     n = siblings.shape[1]
     if isinstance(cache, SharedPrefixCache):
         position = torch.full_like(siblings, cache.get_seq_length())
-        with _attention(model, ATTENTION_NAME):
+        with attention_implementation(model, ATTENTION_NAME):
             logits = model(input_ids=siblings, cache=cache, use_cache=True,
                            position_ids=position, shared_prefix=cache,
                            shared_prefix_tree=True).logits
