@@ -28,7 +28,10 @@ log = logging.getLogger("floorgap.floor_variants")
 
 
 def first_paths(block: SampledBlock, n: int) -> SampledBlock:
-    """The block of the first ``n`` paths (nested: the same as a run with ``n`` paths)."""
+    """The block of the first ``n`` paths (nested): the same draws as a run with ``n`` paths.
+    Bit for bit when ``forward_batch`` <= n; past that the run with ``n`` paths makes forwards
+    of n rows (:func:`~floorgap.probes.rollouts.forward_rows`), and a CPU's matmul may round a
+    row differently at another row count."""
     revealed = None if block.revealed is None else block.revealed[:, :, :n]
     return SampledBlock(tokens=block.tokens[:n], probs=block.probs[:, :n], revealed=revealed,
                         seconds=block.seconds)
