@@ -24,7 +24,12 @@ transformers = pytest.importorskip("transformers")
 
 from floorgap.errors import StageError  # noqa: E402
 from floorgap.models.drafter_training import drafter_config, layer_shapes  # noqa: E402
-from floorgap.models.drafters import TopKTargets, build_drafter, init_from_target  # noqa: E402
+from floorgap.models.drafters import (  # noqa: E402
+    TopKTargets,
+    build_drafter,
+    init_from_target,
+    init_fusion_from_target,
+)
 from floorgap.models.targets import text_config  # noqa: E402
 
 TARGET_CONFIGS = Path(__file__).resolve().parent / "target_configs"
@@ -133,6 +138,8 @@ def one_step(path: Path, target: str, name: str, real: bool) -> None:
         drafter = build_drafter(dcfg, model)
         if entry.get("init", "random") in ("target", "target_scaled"):
             init_from_target(drafter, model)
+        if entry.get("init") == "target_scaled":       # the taps hold the stream it starts from
+            init_fusion_from_target(drafter, model)
         feats = torch.randn(b, t, len(taps) * int(tcfg.hidden_size))
         committed = torch.randint(0, vocab - 1, (b,))
         block = torch.randint(0, vocab - 1, (b, g))

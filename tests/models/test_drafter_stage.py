@@ -153,6 +153,7 @@ def test_a_target_scaled_drafter_records_the_targets_residual_scale(smoke_domain
     drafter = load_final(final, model)
     assert drafter.cfg.input_scale == pytest.approx(expected) and expected != pytest.approx(1.0)
     assert "block rows scaled by" in log.read_text()
+    assert "fusion starts as tap 0" in log.read_text()
 
 
 def test_drafter_cli_exports_every_epoch_and_shares_seed_keys(smoke_domain_records, train_data,

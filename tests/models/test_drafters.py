@@ -12,6 +12,7 @@ from floorgap.models.drafters import (
     DrafterConfig,
     DrafterOutput,
     build_drafter,
+    concat_taps,
     proposal_probs,
     target_features,
     target_features_and_logits,
@@ -320,6 +321,25 @@ def test_init_from_target_copies_the_last_layers(target):
         init_from_target(make("dflash", target, n_kv_heads=4), target)
 
 
+def test_the_fused_start_gives_the_first_copied_layer_the_targets_own_context(target):
+    """init: target_scaled's fusion: fc passes the last tap (the stream entering the first
+    copied layer) and hidden_norm is that layer's input norm, so the context the copied layer
+    reads is what the target's layer normalises there, at every position."""
+    from floorgap.models.drafters import init_from_target, init_fusion_from_target
+
+    d = make("dflash", target, n_layers=1, n_kv_heads=2, head_dim=H // 4)
+    init_from_target(d, target)
+    assert init_fusion_from_target(d, target) == 0
+    ids = torch.randint(0, V - 1, (2, T), generator=torch.Generator().manual_seed(4))
+    hs = target.model(input_ids=ids, output_hidden_states=True).hidden_states
+    with torch.no_grad():
+        ctx = d.backbone.hidden_norm(d.backbone.fc(concat_taps(hs, d.cfg.taps)))
+        torch.testing.assert_close(ctx, target.model.layers[1].input_layernorm(hs[1]))
+    with pytest.raises(ValueError, match="no tap 0"):
+        init_fusion_from_target(make("dflash", target, n_layers=1, n_kv_heads=2,
+                                     head_dim=H // 4, taps=[1]), target)
+
+
 def test_residual_scale_is_the_streams_norm_entering_the_first_copied_layer(target):
     """Against hooks on the target's own modules: the input of layer L - n and the embedding
     output, their mean norms over every position."""
@@ -349,8 +369,6 @@ def test_residual_scale_is_the_streams_norm_entering_the_first_copied_layer(targ
 
 
 def test_a_scaled_drafter_feeds_its_layers_the_rows_times_the_scale(target):
-    from floorgap.models.engine_formats import export_drafter
-
     plain, scaled = make("dflash", target), make("dflash", target, input_scale=2.5)
     feats = torch.randn(2, 5, 2 * H)
     rows = torch.randn(2, G + 1, H)
@@ -360,8 +378,6 @@ def test_a_scaled_drafter_feeds_its_layers_the_rows_times_the_scale(target):
                                    plain.backbone(feats, rows * 2.5, mask)[0])
         assert not torch.allclose(scaled.backbone(feats, rows, mask)[0],
                                   plain.backbone(feats, rows, mask)[0])
-    with pytest.raises(ValueError, match="input_scale=2.5"):
-        export_drafter(scaled, "unused-folder", "dflash")
 
 
 @pytest.mark.parametrize("own_keys", [True, False])

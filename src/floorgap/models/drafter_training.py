@@ -542,7 +542,8 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
 
     from floorgap.data.drafter_data import load_drafter_data, sequence
     from floorgap.models.checkpoints import latest_checkpoint, run_record
-    from floorgap.models.drafters import build_drafter, init_from_target, residual_scale
+    from floorgap.models.drafters import (build_drafter, init_from_target,
+                                         init_fusion_from_target, residual_scale)
     from floorgap.models.targets import load_target, text_config
     from floorgap.models.training import best_epoch, train
     from floorgap.progress import Timer
@@ -580,6 +581,9 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
     found = latest_checkpoint(ckpt_dir) if resume else None
     if init in ("target", "target_scaled"):
         init_from_target(drafter, model)
+    if init == "target_scaled":
+        logger.info("fusion starts as tap %d through the first copied layer's input norm",
+                    init_fusion_from_target(drafter, model))
     common = dict(seed=int(spec["seed"]), autocast=tcfg.autocast_dtype,
                   stream=spec["train"].get("features", "memory") == "stream")
     dataset = BlockExamples(data, model, cfg.taps, gamma, max_blocks=variant.get("blocks"),

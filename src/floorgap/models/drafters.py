@@ -94,6 +94,7 @@ class DrafterConfig:
     mask_embedding: bool = False
     # the block rows' input times this before the layers: layers copied from the target
     # (init: target_scaled) then see a residual stream at the scale of the target's own there
+    # (engine layouts fold it into the weights: engine_formats.fold_input_scale)
     input_scale: float = 1.0
     # block rows (see sample_from_anchor); None: the kind's own convention. A released DFlash
     # drafter of DeepSpec (Qwen3DSparkModel, markov_rank 0) reads slot k from row k = True
@@ -1070,6 +1071,32 @@ def init_from_target(drafter: Drafter, target_model: nn.Module) -> list[int]:
             a.copy_(b.detach().to(a.dtype))
     drafter.backbone.norm.weight.copy_(decoder.norm.weight.detach().to(drafter.backbone.norm.weight.dtype))
     return picked
+
+
+@torch.no_grad()
+def init_fusion_from_target(drafter: Drafter, target_model: nn.Module) -> int:
+    """Start the fusion (``fc``, ``hidden_norm``) so that the copied layers
+    (:func:`init_from_target`) read the context as the target's first copied layer does: ``fc``
+    passes one tap through and drops the others, ``hidden_norm`` is that layer's input norm.
+    The tap is the stream entering that layer (tap L - n_layers - 1, the output of the layer
+    below), so the first layer's context keys and values start as the target's own. Returns
+    that tap."""
+    decoder = target_model.get_decoder() if hasattr(target_model, "get_decoder") else target_model
+    layers = list(decoder.layers)
+    first = len(layers) - drafter.cfg.n_layers
+    taps, width = list(drafter.cfg.taps), drafter.cfg.target_hidden
+    if first - 1 not in taps:
+        raise ValueError(f"no tap {first - 1} (the output of the layer below the first copied "
+                         f"layer {first}) among the taps {taps}; add it or set init: target")
+    fc = drafter.backbone.fc.weight                                   # [D, n_taps * H]
+    if fc.shape[0] != width:
+        raise ValueError(f"the drafter's width {fc.shape[0]} is not the target's {width}")
+    at = taps.index(first - 1) * width
+    fc.zero_()
+    fc[:, at:at + width].copy_(torch.eye(width, dtype=fc.dtype))
+    norm = drafter.backbone.hidden_norm.weight
+    norm.copy_(layers[first].input_layernorm.weight.detach().to(norm.dtype))
+    return first - 1
 
 
 @torch.no_grad()

@@ -62,7 +62,7 @@ import secrets
 import shutil
 import tempfile
 from collections.abc import Mapping
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -150,10 +150,12 @@ def export_drafter(drafter: Drafter, folder: str | os.PathLike[str], fmt: str, *
     cfg = drafter.cfg
     _check_exportable(cfg, fmt)
     depth = num_target_layers if num_target_layers is not None else max(cfg.taps) + 1
+    state = {k: v.detach() for k, v in drafter.state_dict().items() if k != _MASK_PARAM}
+    if fmt != "floorgap" and cfg.input_scale != 1.0:
+        cfg, state = fold_input_scale(cfg, state)
     config = _export_config(cfg, fmt, dtype, depth, max_position_embeddings,
                             target_name, target_architecture)
-    tensors = {file_tensor_name(k): v.detach().to("cpu", dtype).contiguous()
-               for k, v in drafter.state_dict().items() if k != _MASK_PARAM}
+    tensors = {file_tensor_name(k): v.to("cpu", dtype).contiguous() for k, v in state.items()}
     if drafter.trimmed:
         ids = drafter.draft_ids.detach().to("cpu", torch.int64)
         tensors["d2t"] = ids - torch.arange(len(ids), dtype=torch.int64)
@@ -163,6 +165,28 @@ def export_drafter(drafter: Drafter, folder: str | os.PathLike[str], fmt: str, *
         mask = {"embedding": drafter.mask_embed.detach().to("cpu", dtype).contiguous(),
                 "mask_token_id": int(cfg.mask_token_id)}
     return _write_folder(Path(folder), config, tensors, mask)
+
+
+#: the residual branches' output maps, which a folded input scale divides
+_BRANCH_OUTPUTS = ("self_attn.o_proj.weight", "mlp.down_proj.weight")
+
+
+def fold_input_scale(cfg: DrafterConfig, state: Mapping[str, torch.Tensor]
+                     ) -> tuple[DrafterConfig, dict[str, torch.Tensor]]:
+    """The same drafter with its block rows fed as they are (``input_scale`` 1), for layouts
+    whose engines feed the embeddings unscaled (``init: target_scaled``).
+
+    Rows times s make a residual stream s times the one of rows fed as they are with every
+    branch output map (``o_proj``, ``down_proj``) divided by s; every RMS norm on the stream
+    reads both alike once its epsilon is divided by s^2, and the norms off the stream (the
+    fusion's, q/k) see a change of eps / |x|^2 (~1e-9 here). Raises ValueError for modules on
+    the stream that do not scale (slot embeddings, short convolutions)."""
+    s = float(cfg.input_scale)
+    if cfg.slot_embeddings or cfg.short_conv:
+        raise ValueError("an input scale folds into plain decoder layers only, not slot "
+                         "embeddings or short convolutions")
+    folded = {k: v / s if k.endswith(_BRANCH_OUTPUTS) else v for k, v in state.items()}
+    return replace(cfg, input_scale=1.0, rms_eps=cfg.rms_eps / s ** 2), folded
 
 
 def _check_exportable(cfg: DrafterConfig, fmt: str) -> None:
@@ -179,10 +203,6 @@ def _check_exportable(cfg: DrafterConfig, fmt: str) -> None:
     if fmt == "dspark" and (cfg.kind not in ("dflash", "dspark") or not cfg.sample_from_anchor):
         raise ValueError("the dspark format holds anchor-row dspark drafters and anchor-row "
                          f"dflash ones (markov_rank 0), not a {cfg.kind} drafter with DFlash rows")
-    if cfg.input_scale != 1.0:
-        raise ValueError(f"the {fmt} format cannot hold a drafter whose block rows are scaled "
-                         f"(input_scale={cfg.input_scale:g}, init: target_scaled): engines feed "
-                         "the embeddings as they are; export it as 'floorgap'")
     for option in _EXTRAS:
         if getattr(cfg, option):
             raise ValueError(f"the {fmt} format cannot hold a drafter with {option}=True (no "
