@@ -136,7 +136,7 @@ def _export(smoke_target, variant: str, fmt: str, drafter: Path, out: Path) -> i
 
 
 def _batch(model):
-    from floorgap.models.drafters import target_features
+    from floorgap.models.from_target import target_features
 
     g = torch.Generator().manual_seed(3)
     vocab = model.config.vocab_size

@@ -349,3 +349,24 @@ def test_the_estimator_docstring_check_finds_what_is_missing() -> None:
     bare = 'def floor(p):\n    """The floor."""\n\n\ndef _helper(x):\n    return x\n'
     assert estimator_doc_problems(bare, "m.py") == [
         "m.py:1 floor: no Parameters, Returns, a paper reference (Sec./App.)"]
+
+
+#: Modules past this many lines say why in their docstring, in a paragraph starting "Size:".
+MAX_MODULE_LINES = 600
+
+
+def long_modules_without_reason(sources: dict[str, str], limit: int = MAX_MODULE_LINES
+                                ) -> list[str]:
+    return [m for m, s in sources.items() if len(s.splitlines()) > limit
+            and "\nSize:" not in (ast.get_docstring(ast.parse(s), clean=False) or "")]
+
+
+def test_long_modules_state_why() -> None:
+    assert long_modules_without_reason(package_sources()) == [], (
+        "split these, or say why they are long in a 'Size:' paragraph of the docstring")
+
+
+def test_the_module_length_check_finds_a_long_module_without_a_reason() -> None:
+    body = "x = 1\n" * 5
+    sources = {"a": '"""Short."""\n' + body, "b": '"""Long.\n\nSize: one concept."""\n' + body}
+    assert long_modules_without_reason(sources, limit=3) == ["a"]

@@ -24,12 +24,8 @@ transformers = pytest.importorskip("transformers")
 
 from floorgap.errors import StageError  # noqa: E402
 from floorgap.models.drafter_training import drafter_config, layer_shapes  # noqa: E402
-from floorgap.models.drafters import (  # noqa: E402
-    TopKTargets,
-    build_drafter,
-    init_from_target,
-    init_fusion_from_target,
-)
+from floorgap.models.drafters import TopKTargets, build_drafter  # noqa: E402
+from floorgap.models.from_target import init_from_target, init_fusion_from_target  # noqa: E402
 from floorgap.models.targets import text_config  # noqa: E402
 
 TARGET_CONFIGS = Path(__file__).resolve().parent / "target_configs"
@@ -204,7 +200,7 @@ def test_a_gemma3_like_target_trains_a_drafter_on_its_full_layers_shape():
     torch.manual_seed(0)
     target = transformers.Gemma3ForCausalLM(tc).eval().requires_grad_(False)
     drafter = build_drafter(cfg, target)
-    from floorgap.models.drafters import target_features
+    from floorgap.models.from_target import target_features
 
     ids = torch.randint(0, 127, (2, 12))          # longer than the window
     feats = target_features(target, ids, torch.ones_like(ids), cfg.taps)

@@ -132,7 +132,7 @@ def test_a_target_scaled_drafter_records_the_targets_residual_scale(smoke_domain
     rows by the residual scale measured on the first training sequences, kept in the drafter's
     config (so the evaluation rebuilds it)."""
     from floorgap.models.drafter_training import SCALE_SEQUENCES, split_sequences
-    from floorgap.models.drafters import residual_scale
+    from floorgap.models.from_target import residual_scale
     from floorgap.models.targets import load_target
 
     cfg, target, model_dir, *_ = smoke_domain_records
@@ -241,7 +241,7 @@ def test_stored_features_are_the_computed_ones(smoke_domain_records, train_data,
     would compute (fp32 target, same taps), and BlockExamples reads them instead; other taps fall
     back to computing. The targets are the same as without features."""
     from floorgap.models.drafter_training import BlockExamples
-    from floorgap.models.drafters import target_features
+    from floorgap.models.from_target import target_features
     from floorgap.models.targets import load_target
 
     cfg, target, model_dir, corpus, _, _ = smoke_domain_records

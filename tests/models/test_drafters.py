@@ -8,15 +8,8 @@ import math
 import pytest
 import torch
 
-from floorgap.models.drafters import (
-    DrafterConfig,
-    DrafterOutput,
-    build_drafter,
-    concat_taps,
-    proposal_probs,
-    target_features,
-    target_features_and_logits,
-)
+from floorgap.models.drafters import DrafterConfig, DrafterOutput, build_drafter, proposal_probs
+from floorgap.models.from_target import concat_taps, target_features, target_features_and_logits
 
 transformers = pytest.importorskip("transformers")
 from _tiny import tiny_llama  # noqa: E402
@@ -307,7 +300,7 @@ def test_dflash_reads_slot_k_from_row_k_plus_one(target):
 
 
 def test_init_from_target_copies_the_last_layers(target):
-    from floorgap.models.drafters import init_from_target
+    from floorgap.models.from_target import init_from_target
 
     d = make("dspark", target, n_layers=1, n_kv_heads=2, head_dim=H // 4)
     picked = init_from_target(d, target)
@@ -325,7 +318,7 @@ def test_the_fused_start_gives_the_first_copied_layer_the_targets_own_context(ta
     """init: target_scaled's fusion: fc passes the last tap (the stream entering the first
     copied layer) and hidden_norm is that layer's input norm, so the context the copied layer
     reads is what the target's layer normalises there, at every position."""
-    from floorgap.models.drafters import init_from_target, init_fusion_from_target
+    from floorgap.models.from_target import init_from_target, init_fusion_from_target
 
     d = make("dflash", target, n_layers=1, n_kv_heads=2, head_dim=H // 4)
     init_from_target(d, target)
@@ -343,7 +336,7 @@ def test_the_fused_start_gives_the_first_copied_layer_the_targets_own_context(ta
 def test_residual_scale_is_the_streams_norm_entering_the_first_copied_layer(target):
     """Against hooks on the target's own modules: the input of layer L - n and the embedding
     output, their mean norms over every position."""
-    from floorgap.models.drafters import residual_scale
+    from floorgap.models.from_target import residual_scale
 
     g = torch.Generator().manual_seed(5)
     seqs = [torch.randint(0, V - 1, (n,), generator=g) for n in (5, 9)]

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from floorgap.models.drafters import DrafterConfig, build_drafter, target_features
+from floorgap.models.drafters import DrafterConfig, build_drafter
+from floorgap.models.from_target import target_features
 from floorgap.models.engine_formats import (
     export_drafter,
     import_drafter,

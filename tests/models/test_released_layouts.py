@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from floorgap.models.drafters import target_features
+from floorgap.models.from_target import target_features
 from floorgap.models.engine_formats import describe_folder, import_drafter, read_weights
 from floorgap.models.released_layouts import (deepspec_folder, gemma4_dspark_config,
                                               speculators_folder, zlab_dflash_folder)

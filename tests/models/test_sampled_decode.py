@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig
 
 from floorgap.data.corpus import generate_batch
-from floorgap.models.drafters import target_features
+from floorgap.models.from_target import target_features
 from floorgap.models import sampled_decode
 from floorgap.models.sampled_decode import decode_with_targets, row_groups
 from floorgap.sampling import SamplingLaw

@@ -104,8 +104,8 @@ def position_targets(model: Any, sequence: Sequence[int], prompt_len: int, law: 
     sequence: rows j = 0..len - prompt_len - 1 read the logits at position prompt_len + j - 1.
     Returns ids int32 [n, K], probabilities float32 [n, K] (descending) and, with ``features``,
     the concatenated hidden states at its taps for every token [len, n_taps * H] (tap t is the
-    output of decoder layer t, as :func:`floorgap.models.drafters.target_features` reads it)."""
-    from floorgap.models.drafters import target_features_and_logits
+    output of decoder layer t, as :func:`floorgap.models.from_target.target_features` reads it)."""
+    from floorgap.models.from_target import target_features_and_logits
 
     device = next(model.parameters()).device
     ids = torch.tensor([list(sequence)], dtype=torch.long, device=device)

@@ -24,6 +24,9 @@ then swaps; coordinate sweeps (F.6) refit every slot in turn against the latest 
 keeping the same fit/held-out split.
 
 Per-path inputs are (A, M, gamma) (anchors, paths, slots); a 2-D (M, gamma) input is one anchor.
+
+Size: about 600 lines, the water-filling best response and the three estimators built on it
+(slot decomposition, single-slot gains, coordinate sweeps), which share its segmented sums.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ on when ``run.json`` in the checkpoint folder (:func:`floorgap.models.checkpoint
 matches the current run: a killed job continues after its newest epoch checkpoint, and a run
 whose checkpoints cover every epoch trains nothing. When the record differs, training starts
 afresh.
+
+Size: about 600 lines, the drafters stage's one job per variant: configure, import, fit a
+lookup table or train, with the block dataset (:class:`BlockExamples`) they all read.
 """
 
 from __future__ import annotations
@@ -285,7 +288,7 @@ class BlockExamples:
         import torch
 
         from floorgap.data.drafter_data import sequence
-        from floorgap.models.drafters import target_features
+        from floorgap.models.from_target import target_features
         from floorgap.models.targets import mixed_precision
 
         # Under mixed-precision training the drafter reads the features in that precision
@@ -542,8 +545,9 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
 
     from floorgap.data.drafter_data import load_drafter_data, sequence
     from floorgap.models.checkpoints import latest_checkpoint, run_record
-    from floorgap.models.drafters import (build_drafter, init_from_target,
-                                         init_fusion_from_target, residual_scale)
+    from floorgap.models.drafters import build_drafter
+    from floorgap.models.from_target import (init_from_target, init_fusion_from_target,
+                                             residual_scale)
     from floorgap.models.targets import load_target, text_config
     from floorgap.models.training import best_epoch, train
     from floorgap.progress import Timer

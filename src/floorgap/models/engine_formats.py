@@ -52,6 +52,10 @@ may leave it null (``fc`` then reads taps of the drafter's width); speculators w
 import runs is refused by field name: sliding-window layers (``layer_types``), a tap on the
 embedding (DeepSpec's ``-1``), Gemma-4 drafters (``Gemma4DSparkModel``), gated or recurrent
 Markov heads.
+
+Size: about 800 lines, because every layout's writer and its strict reader sit together (a
+field added to one side is seen missing on the other), with the folder detection that
+``floorgap inspect`` shares with the import.
 """
 
 from __future__ import annotations

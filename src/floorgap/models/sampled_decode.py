@@ -128,7 +128,7 @@ def _prefill(model: Any, prompts: Sequence[Sequence[int]], order: Sequence[int],
     groups of ``prefill_rows`` and joined, which equals one padded prefill up to rounding (a
     padded key is masked out either way), into layers with ``room`` more positions
     (:class:`_PreallocatedLayer`)."""
-    from floorgap.models.drafters import concat_taps
+    from floorgap.models.from_target import concat_taps
 
     device = next(model.parameters()).device
     chosen = [prompts[i] for i in order]
@@ -260,7 +260,7 @@ def decode_with_targets(model: Any, prompts: Sequence[Sequence[int]], seeds: Seq
     feats: list[list[torch.Tensor]] = [[] for _ in range(n)]
     finished = [False] * n
 
-    from floorgap.models.drafters import concat_taps
+    from floorgap.models.from_target import concat_taps
 
     # batch position -> prompt index, shortest prompt first (the prefill groups pad least)
     rows = sorted(range(n), key=lambda i: (len(prompts[i]), i))

@@ -30,6 +30,10 @@ so the all-reduced gradient equals the single-process gradient of the whole batc
 steps and the trajectory do not depend on the number of processes beyond floating-point
 reduction order. Only rank 0 writes checkpoints and logs. Run under ``torchrun`` (the drafters
 stage re-executes itself so) or in-process with :func:`launch`.
+
+Size: about 650 lines, one training loop and what it owns: the learning-rate schedule, exact
+resume (optimiser, scheduler and generator states), the data-parallel launch and the epoch
+log; each is a few short functions that only this loop calls.
 """
 
 from __future__ import annotations

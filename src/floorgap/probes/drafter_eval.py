@@ -163,7 +163,7 @@ def drafter_inputs(target: Any, drafter: Any, context_ids: list[int]
                     ) -> tuple[Tensor, Tensor, Tensor]:
     """(features [1, T, F], committed [1], prefix_mask [1, T]) for context X = prefix + c;
     shareable between drafters with the same taps."""
-    from floorgap.models.drafters import target_features
+    from floorgap.models.from_target import target_features
 
     if len(context_ids) < 2:
         raise ValueError("a drafter context needs a prefix and a committed token")

@@ -99,7 +99,7 @@ def replay_request(target: Any, drafter: Any, prompt_ids: Sequence[int],
     """The rounds of one served request (module docstring). ``labels``: target, system, task,
     row_id, temperature, concurrency of the request; ``draft_sampling``: how the engine drafted
     at temperature > 0 (``greedy``: the one-hot proposal at argmax q)."""
-    from floorgap.models.drafters import target_features_and_logits
+    from floorgap.models.from_target import target_features_and_logits
 
     if drafter.cfg.kind not in ("dflash", "dspark"):
         raise StageError(f"a {drafter.cfg.kind} drafter has no engine module to have been "
