@@ -27,7 +27,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from floorgap.reports.common import fmt, fmt_signed, item_figure, macro_name, save_item_figure
+from floorgap.reports.common import (
+    fmt,
+    fmt_signed,
+    item_figure,
+    macro_name,
+    save_item_figure,
+    tex_text,
+)
 from floorgap.reports.gap_items import (
     GapSummary,
     _ci,
@@ -202,8 +209,9 @@ def tableE_drafter_budget(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
     rows = []
     for _, r in runs.iterrows():
         name = r["drafter"] + (f" @{r['epoch']}" if r["weights"] == "epoch" else "")
-        rows.append([name.replace("_", "\\_"), str(r["layers"]), r["objective"], r["init"],
-                     str(r["vocab"] or "full"), r["mask"], str(int(r["blocks"])),
+        rows.append([tex_text(name), str(r["layers"]), tex_text(r["objective"]),
+                     tex_text(r["init"]), str(r["vocab"] or "full"), tex_text(r["mask"]),
+                     str(int(r["blocks"])),
                      str(int(r["steps"])), *[fmt(r[f"R_{k}"], 2) for k in ks],
                      fmt(r["tau"], 2), _ci(s, "tau", r["label"], digits=2)])
     header = ["Drafter", "Layers", "Objective", "Init", "Vocab", "Mask", "Blocks", "Steps",

@@ -58,6 +58,17 @@ def fmt_signed(value: float | None, digits: int = 2) -> str:
     return f"\\ensuremath{{{value:+.{digits}f}}}"
 
 
+#: LaTeX's special characters in running text, each with its escape
+_TEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+                 "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+                 "^": r"\textasciicircum{}"}
+
+
+def tex_text(value: object) -> str:
+    """``value`` as LaTeX text: names and config values (``target_scaled``) set verbatim."""
+    return "".join(_TEX_SPECIALS.get(c, c) for c in str(value))
+
+
 def fmt_pct(value: float, digits: int = 1) -> str:
     """A share as a percentage with ``digits`` decimals (``\\%`` escaped)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
