@@ -30,8 +30,7 @@ KIND_ORDER = {"dflash": 0, "dspark": 1, "prefix_attention": 1,
 CHECKPOINT_KEYS = frozenset({"name", "kind", "layers", "checkpoint"})
 #: Names of drafters (config keys, results folders): the schema's pattern.
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
-
-
+#: What a target runs: ``full``, every per-target stage; ``cross_target``, only what the
 #: comparison across targets reads (Fig. 5: corpus, anchors, rollouts, floors, the order-0 and
 #: order-1 baselines, their evaluation and the gaps summary).
 TARGET_SCOPES = ("full", "cross_target")

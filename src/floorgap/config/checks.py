@@ -12,6 +12,7 @@ from typing import Any
 from floorgap.config.base import NAME_PATTERN, ConfigError, SpecCore, variant_kind
 from floorgap.config.serving import SERVED_FORMATS
 
+#: The files the decomposition stage writes per drafter (results/<target>/decomposition/).
 DECOMPOSITION_EXTS = ("csv", "tex", "md")
 #: Each engine's environment as envs/install.sh builds it (a check's engine other than the
 #: serving section's runs from here unless the check names its python).

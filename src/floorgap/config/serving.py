@@ -7,8 +7,8 @@ from typing import Any
 
 from floorgap.config.base import ConfigError, SpecCore, variant_kind
 
+#: The folder layouts the engines serve (vLLM's and SGLang's dflash and dspark methods).
 SERVED_FORMATS = ("dflash", "dspark")
-#: Each engine's environment as envs/install.sh builds it (a check's engine other than the
 
 
 class ServingSpecs(SpecCore):

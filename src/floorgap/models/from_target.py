@@ -13,6 +13,11 @@ from torch import Tensor, nn
 from floorgap.models.drafters import Drafter
 
 
+def _decoder(target_model: nn.Module) -> nn.Module:
+    """The decoder stack of a causal LM (the model itself when it is one)."""
+    return target_model.get_decoder() if hasattr(target_model, "get_decoder") else target_model
+
+
 @torch.no_grad()
 def init_from_target(drafter: Drafter, target_model: nn.Module) -> list[int]:
     """Start the drafter's decoder layers as copies of the target's last ``n_layers`` decoder
@@ -20,7 +25,7 @@ def init_from_target(drafter: Drafter, target_model: nn.Module) -> list[int]:
     target's final norm; ``q_norm``/``k_norm`` (absent from Llama layers) stay at ones and the
     fusion ``fc`` stays random. The drafter's layer shapes must be the target's. Returns the
     target layers copied."""
-    decoder = target_model.get_decoder() if hasattr(target_model, "get_decoder") else target_model
+    decoder = _decoder(target_model)
     layers = list(decoder.layers)
     n = drafter.cfg.n_layers
     if n > len(layers):
@@ -56,7 +61,7 @@ def init_fusion_from_target(drafter: Drafter, target_model: nn.Module) -> int:
     The tap is the stream entering that layer (tap L - n_layers - 1, the output of the layer
     below), so the first layer's context keys and values start as the target's own. Returns
     that tap."""
-    decoder = target_model.get_decoder() if hasattr(target_model, "get_decoder") else target_model
+    decoder = _decoder(target_model)
     layers = list(decoder.layers)
     first = len(layers) - drafter.cfg.n_layers
     taps, width = list(drafter.cfg.taps), drafter.cfg.target_hidden
@@ -82,7 +87,7 @@ def residual_scale(target_model: nn.Module, sequences: Sequence[Tensor], n_layer
     embeddings, on the positions of ``sequences`` (token ids [T] each). On SmolLM2 the stream
     entering layer 28 has norm ~630 and the embeddings ~3.2, so copied layers fed the block
     rows' embeddings as they are see a residual 200x smaller than they were trained on."""
-    decoder = target_model.get_decoder() if hasattr(target_model, "get_decoder") else target_model
+    decoder = _decoder(target_model)
     depth = len(decoder.layers) - n_layers
     if depth < 0:
         raise ValueError(f"the drafter has {n_layers} layers, the target only "
@@ -115,7 +120,7 @@ def target_features(target_model: nn.Module, input_ids: Tensor, attention_mask: 
     In transformers the last entry is after the final norm. Positions follow the attention
     mask, so left-padded (right-aligned) prefixes get the same positions as unpadded ones.
     """
-    decoder = target_model.get_decoder() if hasattr(target_model, "get_decoder") else target_model
+    decoder = _decoder(target_model)
     pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos,
                   output_hidden_states=True, use_cache=False)

@@ -34,7 +34,7 @@ import pandas as pd
 
 from floorgap.analysis.lookup_verdicts import LOOKUP_DIFF, LookupVerdict, lookup_verdicts
 from floorgap.records import atomic_path
-from floorgap.reports.common import LongSummary, fmt, fmt_interval, fmt_pct
+from floorgap.reports.common import LongSummary, fmt, fmt_interval, fmt_pct, tex_text
 from floorgap.reports.gap_items import GapSummary
 
 __all__ = ["COLUMNS", "ORDER_STATS", "Decomposition", "by_slot_cells", "decompose",
@@ -168,7 +168,7 @@ def _shown(d: Decomposition) -> list[tuple[str, str, str, str]]:
     tex_risk = "$R$" if d.order == 0 else "$R^{\\mathrm{oracle}}$"
     extra = []
     for t in d.lookups:
-        tex_t = t.replace("_", "\\_")
+        tex_t = tex_text(t)
         extra += [(f"{tex_risk} {tex_t}", f"{risk} {t}", f"{risk}@{t}", "num"),
                   (f"CI on $\\Delta$ vs {tex_t}", f"CI minus {t}", f"{diff}@{t}", "ci")]
     return _SHOWN[d.order] + extra

@@ -28,6 +28,7 @@ from floorgap.reports.common import (
     item_figure,
     macro_name,
     save_item_figure,
+    tex_text,
     write_table,
 )
 
@@ -111,7 +112,7 @@ def _figure(spec: Mapping[str, Any]):
 
 def _common_values(s: FloorSummary) -> dict[str, str]:
     return {
-        macro_name("floor", "target"): s.target.replace("_", "\\_"),
+        macro_name("floor", "target"): tex_text(s.target),
         macro_name("floor", "anchors"): _count(s.scalar("n_anchors")),
         macro_name("floor", "prompts"): _count(s.scalar("n_prompts")),
         macro_name("floor", "domains"): str(len(s.domains)),

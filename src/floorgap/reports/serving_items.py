@@ -26,6 +26,7 @@ from floorgap.reports.common import (
     macro_name,
     role_stem,
     save_item_figure,
+    tex_text,
     write_table,
 )
 
@@ -38,10 +39,6 @@ def _x(r: pd.Series) -> str:
 
 def _cell_tau(r: pd.Series) -> str:
     return fmt(r["estimate"], 3)
-
-
-def _label(name: str) -> str:
-    return name.replace("_", "\\_")
 
 
 def _long(s: ServedSummary, tasks: list[str], concs: list[int]) -> list[dict]:
@@ -62,7 +59,7 @@ def table1_serving(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir:
         header += [f"$\\tau$ (T={t:g})", "95\\% CI", f"$S$ (T={t:g})", "95\\% CI"]
     rows, values = [], {}
     for system in s.systems:
-        line = [_label(system)]
+        line = [tex_text(system)]
         for t in s.temperatures:
             tau = s.row("tau", system, "macro", t, 0)
             sp = s.row("speedup", system, "macro", t, seq)
@@ -88,8 +85,8 @@ def table9_serving_per_task(inputs: Mapping[str, Path], spec: Mapping[str, Any],
     seq = s.levels[0]
     header = ["Task", "Rows"]
     for t in s.temperatures:
-        header += [f"$\\tau$ {_label(v)} (T={t:g})" for v in s.systems]
-        header += [f"$S$ {_label(v)} (T={t:g})" for v in s.systems]
+        header += [f"$\\tau$ {tex_text(v)} (T={t:g})" for v in s.systems]
+        header += [f"$S$ {tex_text(v)} (T={t:g})" for v in s.systems]
     rows = []
     for task in [*s.tasks, "macro"]:
         n = sum(s.rows_of(t) for t in s.tasks) if task == "macro" else s.rows_of(task)
@@ -110,11 +107,11 @@ def table11_concurrency(inputs: Mapping[str, Path], spec: Mapping[str, Any], out
     """Table 11: per temperature and concurrency, each drafter's task-macro speedup over AR and
     tau; with two or more drafters, the second's throughput gain over the first."""
     s = ServedSummary(inputs["summary"])
-    header = ["$T$", "$C$", *[f"$S$ {_label(v)}" for v in s.systems],
-              *[f"$\\tau$ {_label(v)}" for v in s.systems]]
+    header = ["$T$", "$C$", *[f"$S$ {tex_text(v)}" for v in s.systems],
+              *[f"$\\tau$ {tex_text(v)}" for v in s.systems]]
     pair = s.systems[:2] if len(s.systems) >= 2 else None
     if pair:
-        header.insert(2 + len(s.systems), f"{_label(pair[1])}/{_label(pair[0])} gain")
+        header.insert(2 + len(s.systems), f"{tex_text(pair[1])}/{tex_text(pair[0])} gain")
     rows = []
     for t in s.temperatures:
         for c in s.levels:
