@@ -40,7 +40,7 @@ def test_a_check_compares_its_drafters_pairwise_in_the_decompose_summary() -> No
     spec = resolve(smoke_with_checks({"a+b": {"drafters": ["mine", "other", "theirs"]},
                                       "solo": {"drafters": ["mine"]}}))
     assert spec.check_contrasts() == [["mine", "other"], ["mine", "theirs"], ["other", "theirs"]]
-    contrasts = spec.gaps_spec("decompose")["contrasts"]
+    contrasts = spec.gaps_spec("decompose", spec.primary)["contrasts"]
     assert ["mine", "other"] in contrasts and ["other", "theirs"] in contrasts
     check = spec.check_spec("a+b")
     assert check["target"] == spec.primary and check["pairs"] == spec.check_contrasts()

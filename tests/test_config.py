@@ -55,8 +55,8 @@ def test_evaluation_groups_and_labels() -> None:
         f"ours@epoch-{e}" for e in range(1, epochs["ours"] + 1)]
     assert [e.variant for e in spec.eval_groups["components"]] == list(
         cfg["drafters"]["components"]["arms"])
-    assert spec.summary_evaluations("trajectory") == spec.eval_groups["trajectory"]
-    assert "labels" not in spec.gaps_spec("trajectory")
+    assert spec.summary_evaluations("trajectory", spec.primary) == spec.eval_groups["trajectory"]
+    assert "labels" not in spec.gaps_spec("trajectory", spec.primary)
     # the budget study: every epoch of its variants, the kept weights of its arms
     budget = cfg["drafters"]["budget"]
     assert [e.label for e in spec.eval_groups["budget"]] == [
@@ -67,29 +67,32 @@ def test_evaluation_groups_and_labels() -> None:
 def test_component_arms_share_one_seed_key_and_epochs() -> None:
     cfg = default()
     spec = resolve(cfg)
-    entries = [spec.variant_entry(a) for a in spec.arms]
+    entries = [spec.variant_entry(a, spec.primary) for a in spec.arms]
     assert {e["seed_key"] for e in entries} == {"components"}
-    assert {spec.variant_epochs(a) for a in spec.arms} == {cfg["drafters"]["components"]["epochs"]}
-    assert "seed_key" not in spec.variant_entry("dflash")
+    assert {spec.variant_epochs(a, spec.primary) for a in spec.arms} == \
+        {cfg["drafters"]["components"]["epochs"]}
+    assert "seed_key" not in spec.variant_entry("dflash", spec.primary)
 
 
 def test_contrasts_come_from_the_roles() -> None:
     spec = resolve(default())
     # ours against the order-1 baseline, then each drafter against the tables of its order
-    assert spec.gaps_spec("summary")["contrasts"] == [
+    assert spec.gaps_spec("summary", spec.primary)["contrasts"] == [
         ["ours", "dspark"], ["dflash", "unigram"], ["dflash", "bigram_committed"],
         ["dspark", "bigram"], ["ours", "bigram"]]
-    assert spec.gaps_spec("summary")["lookups"] == ["unigram", "bigram_committed", "bigram"]
+    assert spec.gaps_spec("summary", spec.primary)["lookups"] == [
+        "unigram", "bigram_committed", "bigram"]
     base = default()["drafters"]["components"]["baseline"]
-    assert spec.gaps_spec("components")["contrasts"] == [[a, base] for a in spec.arms if a != base]
+    assert spec.gaps_spec("components", spec.primary)["contrasts"] == [
+        [a, base] for a in spec.arms if a != base]
 
 
 def test_renamed_variants_carry_through_every_spec() -> None:
     names = {"dflash": "blockwise", "dspark": "markov", "ours": "prefix-head"}
     spec = resolve(rename_drafters(smoke(), names))
     assert spec.roles == {"order0": "blockwise", "order1": "markov", "ours": "prefix-head"}
-    assert spec.gaps_spec("summary")["contrasts"][0] == ["prefix-head", "markov"]
-    assert ["blockwise", "bigram_committed"] in spec.gaps_spec("summary")["contrasts"]
+    assert spec.gaps_spec("summary", spec.primary)["contrasts"][0] == ["prefix-head", "markov"]
+    assert ["blockwise", "bigram_committed"] in spec.gaps_spec("summary", spec.primary)["contrasts"]
     assert spec.report_spec("gaps", "table")["roles"] == spec.roles
     text = json.dumps([spec.drafter_eval_spec("tiny-random", 0, g) for g in spec.eval_jobs])
     for old in names:

@@ -83,9 +83,10 @@ def test_checkpoint_baselines_resolve() -> None:
     cfg = with_checkpoint_baselines(smoke())
     validate(cfg)
     spec = resolve(cfg)
-    assert spec.variant_entry("dflash") == {"name": "dflash", "kind": "dflash", **ckpt()}
-    assert spec.variant_entry("dspark")["kind"] == "dspark"
-    assert spec.is_imported("dflash") and not spec.is_imported("ours")
+    assert spec.variant_entry("dflash", spec.primary) == {
+        "name": "dflash", "kind": "dflash", **ckpt()}
+    assert spec.variant_entry("dspark", spec.primary)["kind"] == "dspark"
+    assert spec.is_imported("dflash", spec.primary) and not spec.is_imported("ours", spec.primary)
     # an import reads no training settings: changing them reruns no import
     assert set(spec.drafters_spec("tiny-random", "dflash")) == {"target", "variant", "gamma"}
     assert "train" in spec.drafters_spec("tiny-random", "ours")
@@ -121,7 +122,8 @@ def test_shipped_configs_validate_and_resolve() -> None:
         resolve(cfg)
     spec = resolve(yaml.safe_load((REPO / "workflow/configs/qwen3-4b.yaml").read_text()))
     # the paper's own baselines (App. A): DeepSpec's block-7 releases, both Qwen3DSparkModel
-    dflash, dspark = spec.variant_entry("dflash"), spec.variant_entry("dspark")
+    dflash = spec.variant_entry("dflash", spec.primary)
+    dspark = spec.variant_entry("dspark", spec.primary)
     assert dflash["checkpoint"] == {"format": "dspark",
                                     "hub": "deepseek-ai/dflash_qwen3_4b_block7"}
     assert dspark["checkpoint"]["hub"] == "deepseek-ai/dspark_qwen3_4b_block7"
@@ -130,7 +132,7 @@ def test_shipped_configs_validate_and_resolve() -> None:
     assert spec.export_formats("dflash") == ["dspark"]
     assert spec.serving_system("dflash") == {"name": "dflash", "kind": "dflash",
                                              "format": "dspark"}
-    assert not spec.is_imported("ours")
+    assert not spec.is_imported("ours", spec.primary)
 
 
 # ------------------------------------------------------------------ the decompose section
@@ -156,11 +158,12 @@ def test_decompose_section_is_its_own_group_and_summary() -> None:
     assert not {(e.variant, e.job) for e in spec.eval_jobs["decompose"]} & {
         (e.variant, e.job) for e in spec.eval_jobs["study"]}
     assert spec.lookups == ["unigram", "bigram_committed", "bigram"]
-    assert spec.summary_evaluations("decompose") == spec.eval_groups["decompose"]
+    assert spec.summary_evaluations("decompose", spec.primary) == spec.eval_groups["decompose"]
     assert {"mine", "theirs"} <= set(spec.drafter_names)
-    assert spec.variant_entry("theirs") == {"name": "theirs", **ckpt("speculators", kind="dspark")}
-    assert spec.variant_entry("mine")["kind"] == "dflash"
-    gaps = spec.gaps_spec("decompose")
+    assert spec.variant_entry("theirs", spec.primary) == {
+        "name": "theirs", **ckpt("speculators", kind="dspark")}
+    assert spec.variant_entry("mine", spec.primary)["kind"] == "dflash"
+    gaps = spec.gaps_spec("decompose", spec.primary)
     # each drafter against the tables of its order
     assert gaps == spec.analysis_spec(contrasts=[["mine", "unigram"], ["mine", "bigram_committed"],
                                                  ["theirs", "bigram"]],

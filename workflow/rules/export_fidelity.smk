@@ -17,7 +17,8 @@ if FIDELITY:
             anchors=lambda w: [f"results/{W.check_target(w.name)}/anchors/{d}.parquet"
                                for d in W.domains],
             reference=lambda w: W.checks[w.name]["references"][w.drafter],
-            folder=lambda w: W.variant_entry(w.drafter)["checkpoint"]["path"],
+            folder=lambda w: W.variant_entry(
+                w.drafter, W.check_target(w.name))["checkpoint"]["path"],
         output:
             "results/check/{name}/fidelity/{drafter}.json",
         wildcard_constraints:

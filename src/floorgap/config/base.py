@@ -178,13 +178,13 @@ class SpecCore:
             "summary": [Evaluation(v, "final") for v in self.variants + self.lookups],
             # every epoch (the final weights are the best held-out epoch, one of them)
             "trajectory": [Evaluation(v, f"epoch-{e}") for v in self.trajectory
-                           for e in range(1, self.variant_epochs(v) + 1)],
+                           for e in range(1, self.variant_epochs(v, self.primary) + 1)],
             "components": [Evaluation(arm, "final") for arm in self.arms],
             # the budget study: every epoch of the variants it includes (epochs at fixed data;
             # their final weights are evaluated with the summary group) and the kept weights
             # of its arms (data at fixed steps, one change at a time)
             "budget": [Evaluation(v, f"epoch-{e}") for v in self.budget_variants
-                       for e in range(1, self.variant_epochs(v) + 1)]
+                       for e in range(1, self.variant_epochs(v, self.primary) + 1)]
                       + [Evaluation(arm, "final") for arm in self.budget_arms],
             # a user's own drafters (floorgap decompose): final weights only, beside the
             # lookup tables (their paired differences say whether the drafter beats them)
@@ -252,7 +252,7 @@ class SpecCore:
         none; a cross_target target has only ``summary``, of its two baselines)."""
         if self.scope(target) == "cross_target":
             return ["summary"]
-        return [name for name in self.eval_groups if self.summary_evaluations(name)]
+        return [name for name in self.eval_groups if self.summary_evaluations(name, target)]
 
     def shards(self) -> range:
         return range(self.config["rollouts"]["shards"])
@@ -294,13 +294,13 @@ class SpecCore:
         """Domain ``name`` as ``target`` sees it."""
         return {"name": name, **self.settings(target)["domains"][name]}
 
-    def variant_entry(self, name: str, target: str | None = None) -> dict[str, Any]:
-        """A drafter's config entry with its name (``target``'s own entry where its settings
-        replace it; without a target the shared section's, which the stages that run on the
-        primary target only read: serving, the checks, the reports); component arms train for components.epochs and share one seed key (the
-        same initial draws); a checkpoint entry carries its resolved ``kind``."""
-        cfg = self.config if target is None else self.settings(target)
-        drafters = cfg["drafters"]
+    def variant_entry(self, name: str, target: str) -> dict[str, Any]:
+        """A drafter's config entry with its name, as ``target`` sees it (its own entry where
+        its settings replace it; the stages that run on the primary target only, serving and
+        the reports, pass the primary); component arms train for components.epochs and share
+        one seed key (the same initial draws); a checkpoint entry carries its resolved
+        ``kind``."""
+        drafters = self.settings(target)["drafters"]
         if name in drafters["variants"]:
             return with_kind({"name": name, **drafters["variants"][name]})
         if name in self.budget_arms:
@@ -313,19 +313,18 @@ class SpecCore:
         return {"name": name, "epochs": components["epochs"], "seed_key": COMPONENTS_SEED_KEY,
                 **components["arms"][name]}
 
-    def is_imported(self, name: str, target: str | None = None) -> bool:
+    def is_imported(self, name: str, target: str) -> bool:
         """Whether drafter ``name`` (of ``target``) is imported from a checkpoint (not trained)."""
         return is_checkpoint(self.variant_entry(name, target))
 
-    def variant_epochs(self, name: str, target: str | None = None) -> int:
+    def variant_epochs(self, name: str, target: str) -> int:
         entry = self.variant_entry(name, target)
-        cfg = self.config if target is None else self.settings(target)
-        return int(entry.get("epochs", cfg["drafters"]["train"]["epochs"]))
+        return int(entry.get("epochs", self.settings(target)["drafters"]["train"]["epochs"]))
 
-    def summary_evaluations(self, summary: str, target: str | None = None) -> list[Evaluation]:
-        """The evaluations a gaps summary reads: its evaluation group; a cross_target target's
-        ``summary`` reads its two baselines."""
-        if target is not None and self.scope(target) == "cross_target":
+    def summary_evaluations(self, summary: str, target: str) -> list[Evaluation]:
+        """The evaluations a gaps summary of ``target`` reads: its evaluation group; a
+        cross_target target's ``summary`` reads its two baselines."""
+        if self.scope(target) == "cross_target":
             return self.eval_jobs[ROLES_JOB] if summary == "summary" else []
         return self.eval_groups[summary]
 

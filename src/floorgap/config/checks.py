@@ -54,7 +54,7 @@ class CheckSpecs(SpecCore):
         drafters = list(entry["drafters"])
         pairs = [[a, b] for i, a in enumerate(drafters) for b in drafters[i + 1:]]
         return {"name": name, "target": self.check_target(name),
-                "drafters": [{"name": d, "entry": self.variant_entry(d),
+                "drafters": [{"name": d, "entry": self.variant_entry(d, self.check_target(name)),
                               "lookups": self.lookup_tables(d)}
                              for d in drafters],
                 "pairs": pairs, "level": self.config["analysis"]["level"],
@@ -78,7 +78,7 @@ class CheckSpecs(SpecCore):
         target = self.check_target(name)
         entry = self.checks[name]
         return {"target": self.target(target), "drafter": drafter,
-                "folder": self.variant_entry(drafter)["checkpoint"]["path"],
+                "folder": self.variant_entry(drafter, target)["checkpoint"]["path"],
                 "reference": entry["references"][drafter],
                 "law": self.settings(target)["evaluation_law"],
                 "gamma": self.settings(target)["anchors"]["gamma"],
@@ -97,7 +97,7 @@ class CheckSpecs(SpecCore):
         device = str(self.config["targets"][self.check_target(name)]["device"])
         why = {}
         for d in entry["drafters"]:
-            ckpt = self.variant_entry(d)["checkpoint"]
+            ckpt = self.variant_entry(d, self.check_target(name))["checkpoint"]
             if ckpt["format"] not in SERVED_FORMATS:
                 why[d] = (f"its folder is in the {ckpt['format']} layout; the engines load "
                           f"{' and '.join(SERVED_FORMATS)} folders")
@@ -153,7 +153,7 @@ class CheckSpecs(SpecCore):
 
     def decomposition_spec(self, target: str, name: str) -> dict[str, Any]:
         """What the decomposition stage reads: the drafter, its entry and the interval level."""
-        return {"target": target, "drafter": name, "entry": self.variant_entry(name),
+        return {"target": target, "drafter": name, "entry": self.variant_entry(name, target),
                 "level": self.settings(target)["analysis"]["level"],
                 "lookups": self.lookup_tables(name)}
 

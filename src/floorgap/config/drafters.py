@@ -61,11 +61,11 @@ class DrafterSpecs(SpecCore):
                 "law": cfg["evaluation_law"], "gamma": cfg["anchors"]["gamma"],
                 "shard": int(shard), "variants": [e.label for e in self.eval_jobs[job]]}
 
-    def gaps_spec(self, summary: str, target: str | None = None) -> dict[str, Any]:
+    def gaps_spec(self, summary: str, target: str) -> dict[str, Any]:
         """The analysis settings of one gaps summary: its contrasts (ours against the order-1
         baseline; each component arm against the baseline arm), labels and sweeps; a
         cross_target target's summary has its two baselines and no contrast."""
-        if target is not None and self.scope(target) == "cross_target":
+        if self.scope(target) == "cross_target":
             return self.analysis_spec(contrasts=[])
         if summary in ("trajectory", "budget"):
             return self.analysis_spec(contrasts=[], sweeps=False)
@@ -95,15 +95,17 @@ class DrafterSpecs(SpecCore):
 
     def drafter_order(self, name: str) -> int:
         """The information order of a drafter or lookup table (0 reads X only, 1 also its
-        predecessor)."""
-        return KIND_ORDER[str(self.variant_entry(name)["kind"])]
+        predecessor), from the primary target's entry: a target replaces an entry's values, and
+        the order-0 role is checked on every target (check_targets)."""
+        return KIND_ORDER[str(self.variant_entry(name, self.primary)["kind"])]
 
     def export_formats(self, variant: str | Mapping[str, Any]) -> list[str]:
         """The checkpoint formats drafter ``variant`` (a name or an entry) is exported in: its
         engine format and speculators for dflash and dspark; only floorgap's own layout for
         the prefix-attention kind and for short_conv or slot_embeddings, which no engine has
         a module for (floorgap.models.engine_formats refuses them in the engine formats)."""
-        entry = self.variant_entry(variant) if isinstance(variant, str) else variant
+        entry = self.variant_entry(variant, self.primary) if isinstance(variant, str) \
+            else variant
         kind = variant_kind(entry, f"drafter {entry.get('name')}")
         extras = entry.get("short_conv") or entry.get("slot_embeddings")
         if kind not in ("dflash", "dspark") or extras:

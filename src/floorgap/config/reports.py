@@ -44,7 +44,7 @@ def _primary(path: str) -> Callable[[SpecCore], dict[str, str]]:
 def _roles(w: SpecCore) -> dict[str, Any]:
     """The drafter roles and the lookup tables' kinds (the gap half's items)."""
     return {"roles": w.roles,
-            "lookups": {name: str(w.variant_entry(name)["kind"]) for name in w.lookups}}
+            "lookups": {name: str(w.variant_entry(name, w.primary)["kind"]) for name in w.lookups}}
 
 
 def _served_beside(path: str) -> Callable[[SpecCore], dict[str, str]]:
@@ -62,8 +62,8 @@ def _budget_inputs(w: SpecCore) -> dict[str, str]:
 
 def _budget_options(w: SpecCore) -> dict[str, Any]:
     studied = w.budget_variants + w.budget_arms
-    return {**_roles(w), "budget": {v: w.variant_entry(v) for v in studied},
-            "train_epochs": {v: w.variant_epochs(v) for v in studied}}
+    return {**_roles(w), "budget": {v: w.variant_entry(v, w.primary) for v in studied},
+            "train_epochs": {v: w.variant_epochs(v, w.primary) for v in studied}}
 
 
 #: Each kind of report item (a registry row's ``reads``): the files it reads and its options.

@@ -26,7 +26,7 @@ class ServingSpecs(SpecCore):
             return {"name": name, "kind": None, "format": None}
         if name == "target":
             return {"name": name, "kind": "target", "format": None}
-        entry = self.variant_entry(name)
+        entry = self.variant_entry(name, self.primary)
         kind = variant_kind(entry, f"serving.systems {name}")
         if name in self.check_systems:
             # a checked folder is served as it is, in its own layout
@@ -40,7 +40,7 @@ class ServingSpecs(SpecCore):
         if fmt is None:
             return None
         if name in self.check_systems:
-            return str(self.variant_entry(name)["checkpoint"]["path"])
+            return str(self.variant_entry(name, target)["checkpoint"]["path"])
         return f"results/{target}/export/{name}/{fmt}"
 
     def serving_port(self, name: str) -> int:
@@ -111,7 +111,7 @@ def check_serving(spec: ServingSpecs) -> None:
             raise ConfigError(f"serving.systems names {name!r}, which is neither `ar`, `target` "
                               f"nor one of drafters.variants ({', '.join(spec.variants)}) or "
                               "drafters.components.arms")
-        entry = spec.variant_entry(name)
+        entry = spec.variant_entry(name, spec.primary)
         kind = variant_kind(entry, f"serving.systems {name}")
         if kind not in ("dflash", "dspark") or entry.get("short_conv") or \
                 entry.get("slot_embeddings"):
