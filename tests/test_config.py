@@ -426,3 +426,36 @@ def test_a_study_overlay_merged_into_the_default_validates_and_resolves(overlay)
     for name in added:
         entry = spec.variant_entry(name, target)
         assert entry["kind"]
+
+
+def test_a_config_knob_is_its_schema_entry(tmp_path) -> None:
+    """ARCHITECTURE.md, "A config knob": a key added to the schema with its default reaches
+    the stage whose spec carries its section, shared and per target, with nothing else
+    changed; without the entry the config fails validation naming the key."""
+    from snakemake.utils import validate
+
+    cfg = smoke()
+    cfg["rollouts"]["chunk_paths"] = 8
+    with pytest.raises(Exception, match="chunk_paths"):
+        validate(copy.deepcopy(cfg), schema=str(REPO / "workflow/schemas/config.schema.yaml"))
+
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    schema["properties"]["rollouts"]["properties"]["chunk_paths"] = {
+        "type": "integer", "minimum": 1, "default": 16, "description": "paths per chunk"}
+    path = tmp_path / "config.schema.yaml"
+    path.write_text(yaml.safe_dump(schema))
+
+    shared = smoke()
+    validate(shared, schema=str(path))  # fills the default
+    spec = resolve(shared)
+    assert {spec.rollouts_spec(t, 0)["rollouts"]["chunk_paths"] for t in spec.targets} == {16}
+
+    target = spec.targets[-1]
+    own = smoke()
+    own["targets"][target].setdefault("settings", {}).setdefault("rollouts", {})[
+        "chunk_paths"] = 4
+    validate(own, schema=str(path))
+    spec = resolve(own)
+    for t in spec.targets:
+        validate(spec.settings(t), schema=str(path))  # as common.smk does
+        assert spec.rollouts_spec(t, 0)["rollouts"]["chunk_paths"] == (4 if t == target else 16)
