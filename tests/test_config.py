@@ -202,6 +202,57 @@ def test_plugins_add_items_and_clashes_are_refused(tmp_path: Path, monkeypatch) 
     sys.modules.pop("clash_items", None)
 
 
+def test_a_report_item_reading_a_new_summary_is_two_places(tmp_path: Path, monkeypatch) -> None:
+    """ARCHITECTURE.md, "A report item reading a new summary": one REPORT_SUMMARIES entry and
+    the item (here a plugin module); the rule's inputs and spec and the stage follow."""
+    import logging
+
+    import pandas as pd
+
+    from floorgap.config import REPORT_SUMMARIES
+    from floorgap.config.reports import ReportSummary
+    from floorgap.stages import report as report_stage
+
+    monkeypatch.setitem(REPORT_SUMMARIES, "exposure", ReportSummary(
+        lambda w: {"summary": f"results/{w.primary}/exposure/summary.parquet"},
+        lambda w: {"gamma": w.config["anchors"]["gamma"]}))
+    (tmp_path / "exposure_items.py").write_text(
+        "import pandas as pd\n"
+        "from floorgap.reports.common import macro_name\n"
+        "from floorgap.reports.registry import ReportItem\n"
+        "ITEMS = [ReportItem('tableX_exposure', 'table', 'exposure', 'Gaps',\n"
+        "                    'exposure_items:tableX_exposure', in_paper=False)]\n"
+        "def tableX_exposure(inputs, spec, out_dir):\n"
+        "    df = pd.read_parquet(inputs['summary'])\n"
+        "    df.to_csv(out_dir / 'tableX_exposure.csv', index=False)\n"
+        "    (out_dir / 'tableX_exposure.tex').write_text(df.to_latex(index=False))\n"
+        "    return {macro_name('exposure', 'slots'): str(len(df)),\n"
+        "            macro_name('exposure', 'gamma'): str(spec['gamma'])}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        row = report_items(["exposure_items"])["tableX_exposure"]
+        spec = resolve(smoke())
+        inputs = spec.report_inputs(row.reads)
+        assert inputs == {"summary": f"results/{spec.primary}/exposure/summary.parquet"}
+        assert spec.report_spec(row.reads, row.kind) == {"gamma": spec.config["anchors"]["gamma"]}
+        summary = tmp_path / inputs["summary"]
+        summary.parent.mkdir(parents=True)
+        pd.DataFrame({"slot": range(3), "exposure": [0.1, 0.2, 0.3]}).to_parquet(summary)
+        out_dir, values = tmp_path / "paper/tables", tmp_path / row.values
+        out_dir.mkdir(parents=True)
+        args = report_stage.build_parser().parse_args([
+            row.name, "--input", f"summary={summary}", "--plugin", "exposure_items",
+            "--spec", as_json(spec.report_spec(row.reads, row.kind)),
+            "--out-dir", str(out_dir), "--out-values", str(values)])
+        report_stage.main(args, logging.getLogger("test"))
+        assert "\\newcommand{\\fgExposureSlots}{3}" in values.read_text()
+        assert (out_dir / "tableX_exposure.csv").exists()
+    finally:
+        sys.modules.pop("exposure_items", None)
+    with pytest.raises(ValueError, match="reads must be one of"):
+        ReportItem("tableY", "table", "no_such_summary", "Gaps", "m:f")
+
+
 def test_api_reads_share_the_endpoint_and_the_replication_takes_its_own_settings() -> None:
     spec = resolve(default())
     target = next(iter(spec.targets))

@@ -22,19 +22,16 @@ from typing import Any, Literal
 from floorgap.config import REPORT_SUMMARIES
 from floorgap.errors import StageError
 
-#: What an item reads: a kind of summary of :data:`floorgap.config.REPORT_SUMMARIES`, which
-#: names its files and its options (the report rules and their specs follow from it).
-READS = tuple(REPORT_SUMMARIES)
-
 Item = Callable[[Mapping[str, Path], Mapping[str, Any], Path], dict[str, str]]
 
 
 @dataclass(frozen=True)
 class ReportItem:
     """One figure or table: ``name`` is its file stem and rule name, ``kind`` figure (PDF + PNG
-    under figures/) or table (.tex + .csv under paper/tables/), ``reads`` one of :data:`READS`,
-    ``section`` the paper half (the HTML report's category), ``build`` ``"module:function"``,
-    ``caption`` the caption file (default ``workflow/report/<name>.rst``), ``in_paper`` whether
+    under figures/) or table (.tex + .csv under paper/tables/), ``reads`` a key of
+    :data:`floorgap.config.REPORT_SUMMARIES` (which names its files and options), ``section``
+    the paper half (the HTML report's category), ``build`` ``"module:function"``, ``caption``
+    the caption file (default ``workflow/report/<name>.rst``), ``in_paper`` whether
     paper/main.tex cites it."""
 
     name: str
@@ -48,8 +45,9 @@ class ReportItem:
     def __post_init__(self) -> None:
         if self.kind not in ("figure", "table"):
             raise ValueError(f"report item {self.name}: kind must be figure or table")
-        if self.reads not in READS:
-            raise ValueError(f"report item {self.name}: reads must be one of {READS}")
+        if self.reads not in REPORT_SUMMARIES:  # read live: a new kind is one entry there
+            raise ValueError(f"report item {self.name}: reads must be one of "
+                             f"{tuple(REPORT_SUMMARIES)}")
         if ":" not in self.build:
             raise ValueError(f"report item {self.name}: build must be 'module:function'")
 
