@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -285,3 +289,66 @@ def test_cli_writes_both_records(tmp_path):
     argv_bad = list(argv)
     argv_bad[argv_bad.index(str(files["floors"][1]))] = str(files["floors"][0])
     assert run_stage(main, build_parser(), argv_bad) == 2
+
+
+_NEW_STATISTIC = '''
+import dataclasses
+import sys
+from pathlib import Path
+
+import floorgap.probes.rollouts as probe
+
+
+# place 1, the probe: a field of its record (here beside the fields it has), which the probe
+# fills where it computes the others
+@dataclasses.dataclass(frozen=True)
+class Record(probe.SlotFloorRecord):
+    t0_max_path: float = 0.0
+
+
+probe.SlotFloorRecord = Record
+
+from floor_builders import build_records, rewrite  # noqa: E402
+
+from floorgap.analysis.floors import anchor_slot_table, load_records, summarise  # noqa: E402
+from floorgap.analysis.floors import summary as S  # noqa: E402
+
+files = build_records(Path(sys.argv[1]), anchors_per_domain=3)
+for path in files["floors"]:  # what the probe writes now
+    rewrite(path, lambda df: df.assign(t0_max_path=0.25 + 0.1 * df["slot"]))
+
+block = S._floor_block
+
+
+def with_the_new_line(rows, s, reveal_paths):  # place 2, the summary: its line and its note
+    block(rows, s, reveal_paths)
+    ok = s.matrix("t0").isfinite()
+    S._emit_slots(rows, "T0_max_path", s.name, s.mean(s.matrix("t0_max_path"), ok),
+                  range(s.gamma), note="Hajek mean of the largest per-path TV")
+
+
+S._floor_block = with_the_new_line
+rec = load_records(files["anchors"], files["paths"], files["floors"])
+table = anchor_slot_table(rec, kmedian_k=[1], kmedian_restarts=1)
+summary = summarise(table, rec, n_boot=20, level=0.9, kmedian_k=[1])
+rows = summary[summary.statistic == "T0_max_path"]
+print(sorted(table["t0_max_path"].round(6).unique().tolist()), len(rows),
+      sorted(rows[rows.domain == "all"].estimate.round(6)), rows.note.iloc[0])
+'''
+
+
+def test_a_floor_statistic_is_the_probe_record_and_a_summary_line(tmp_path):
+    """ARCHITECTURE.md, "A floor statistic": a value the probe stores (a field of
+    SlotFloorRecord) reaches the record checks and the anchor x slot table with nothing else
+    changed, and one line in the summary gives its statistic by slot and scope. In a fresh
+    interpreter: the record's fields are read when the analysis modules load."""
+    here = Path(__file__).parent
+    script = tmp_path / "new_statistic.py"
+    script.write_text(_NEW_STATISTIC)
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "records")],
+                         cwd=here, env={**os.environ, "PYTHONPATH": str(here)},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    # gamma 3, scopes all + 2 domains; a constant per slot is its own Hajek mean
+    assert out.stdout.strip() == ("[0.25, 0.35, 0.45] 9 [0.25, 0.35, 0.45] Hajek mean of the "
+                                  "largest per-path TV")

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from floorgap.analysis.floors.load import FloorRecords
+from floorgap.analysis.floors.load import FLOOR_VALUES, FloorRecords
 from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED
 from floorgap.estimators.kmedian import tv_kmedian
 from floorgap.estimators.support import effective_support
@@ -22,11 +22,13 @@ from floorgap.seeds import derive_seed
 
 log = logging.getLogger("floorgap.floors")
 
+#: The probe's values as the table names them: the record's own N_eff is ``n_eff_probe``, beside
+#: the table's N_eff from the stored paths (checked against each other).
+PROBE_COLUMNS = {c: "n_eff_probe" if c == "n_eff" else c for c in FLOOR_VALUES}
 ANCHOR_SLOT_COLUMNS = [  # the fixed part; K-median columns follow, one pair per K
     "anchor_id", "prompt_id", "domain", "stratum", "pi", "slot", "status",
-    "t0", "t0_split", "t0_covered", "t1_split_cov", "t1_covered_mass", "t1_lower", "t1_upper",
-    "t1_uncovered_paths", "t1_plugin", "t1_reweighted", "t1_reweighted_ess_min",
-    "t1_reweighted_ess_mean", "t1_reweighted_undefined", "n_eff_probe",
+    # the fields of the probe's record (SlotFloorRecord), in its order
+    *PROBE_COLUMNS.values(),
     "t0_topk", "t0_topk_band", "t0_topk_lower", "t0_topk_upper", "t0_full_minus_topk",
     "t0_top20", "t0_top20_band", "topk_support", "n_eff", "n_distinct_prefixes",
 ]
@@ -80,7 +82,7 @@ def anchor_slot_table(records: FloorRecords, *, kmedian_k: Sequence[int],
             es = effective_support(torch.from_numpy(arrays["tokens"][:, :k]))
             row.update(n_eff=es.n_eff, n_distinct_prefixes=es.n_distinct)
             derived.append(row)
-    cells = records.cells.rename(columns={"n_eff": "n_eff_probe"})
+    cells = records.cells.rename(columns=PROBE_COLUMNS)
     out = cells.merge(pd.DataFrame(derived), on=["anchor_id", "slot"], how="left",
                       validate="one_to_one")
     meta = records.anchors[["anchor_id", "prompt_id", "domain", "stratum", "pi"]]
