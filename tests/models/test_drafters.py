@@ -193,6 +193,20 @@ def test_prefix_head_init_and_proposal(target, batch):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_the_proposal_read_from_a_forward_is_the_one_propose_deploys(kind, target, batch):
+    """The held-out score reads q from the teacher-forced forward (proposal_logits); it must
+    be the proposal the evaluation and the engines use, the prefix-attention head's kept on
+    its nominations (its forward logits cover every token)."""
+    feats, mask, committed, block, _ = batch
+    model = make(kind, target)
+    out = model(feats, committed, block, prefix_mask=mask)
+    torch.testing.assert_close(model.full_vocab(model.proposal_logits(out)),
+                               model.propose(feats, committed, block, mask))
+    if kind == "prefix_attention":
+        assert torch.isfinite(out.logits).all()
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_loss_decreases_and_shared_frozen(kind, target, batch):
     feats, mask, committed, block, probs = batch
     model = make(kind, target)

@@ -346,10 +346,11 @@ class BlockExamples:
 
 def heldout_risk(drafter: Any, examples: BlockExamples, batch_size: int) -> dict[str, Any]:
     """Held-out R by slot of a drafter in training: the mean over ``examples``' blocks of the
-    top-K + residual TV(p_k, q_k) its loss reports (:func:`floorgap.estimators.topk.
-    topk_divergences`, q zero outside a trimmed draft vocabulary), teacher-forced (for order-1
-    kinds the realised predecessor, R^oracle), in the training precision. ``score`` is the
-    mean over slots."""
+    top-K + residual TV(p_k, q_k) (:func:`floorgap.estimators.topk.topk_divergences`, q zero
+    outside a trimmed draft vocabulary) of the proposal the drafter deploys
+    (:meth:`~floorgap.models.drafters.Drafter.proposal_logits`: the prefix-attention head's q
+    lives on its nominations), teacher-forced (for order-1 kinds the realised predecessor,
+    R^oracle), in the training precision. ``score`` is the mean over slots."""
     import torch
 
     from floorgap.estimators.topk import topk_divergences
@@ -366,7 +367,7 @@ def heldout_risk(drafter: Any, examples: BlockExamples, batch_size: int) -> dict
             out = drafter(b["features"], b["committed"], b["block_tokens"],
                           prefix_mask=b["prefix_mask"], feature_index=b["feature_index"])
         top, valid = drafter.draft_targets(TopKTargets(b["target_ids"], b["target_vals"]))
-        tv = topk_divergences(out.logits, top.ids, top.vals, valid)["tv"]   # [N, G]
+        tv = topk_divergences(drafter.proposal_logits(out), top.ids, top.vals, valid)["tv"]
         total += tv.double().sum(0).cpu()
         n += int(tv.shape[0])
     by_slot = (total / max(n, 1)).tolist()

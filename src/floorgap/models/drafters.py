@@ -651,6 +651,12 @@ class Drafter(nn.Module):
         feature_index [B] (blocks sharing left-aligned contexts, see :class:`Backbone`)."""
         raise NotImplementedError
 
+    def proposal_logits(self, output: DrafterOutput) -> Tensor:
+        """The draft-vocabulary logits [B, G, N] of the proposal :meth:`propose` makes, from a
+        teacher-forced :meth:`forward` (what a held-out score must measure): the forward's own
+        logits unless the kind restricts its proposal."""
+        return output.logits
+
     def propose(self, features: Tensor, committed: Tensor, predecessors: Tensor | None = None,
                 prefix_mask: Tensor | None = None) -> Tensor:
         """Proposal logits [B, G, V] for given predecessors (oracle mode).
@@ -913,6 +919,13 @@ class PrefixAttentionDrafter(_Order1Drafter):
 
     def _nomination_logits(self, u: Tensor) -> Tensor | None:
         return u
+
+    def proposal_logits(self, output: DrafterOutput) -> Tensor:
+        """The forward's logits kept on the top-K nominations of u_k, -inf elsewhere: q_k as
+        :meth:`propose` deploys it (the training loss reads every logit)."""
+        succ = output.base_logits.topk(self.cfg.nominate_k, dim=-1).indices
+        kept = torch.full_like(output.logits, float("-inf"))
+        return kept.scatter(-1, succ, output.logits.gather(-1, succ))
 
     def _pair_scores(self, h: Tensor, ctx: Tensor, u: Tensor, pm: Tensor, pred: Tensor,
                      succ: Tensor) -> Tensor:
