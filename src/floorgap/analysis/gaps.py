@@ -45,7 +45,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ from floorgap.estimators.best_response import (
 from floorgap.estimators.floors import covered_by_grouping
 from floorgap.estimators.serving import serving_summary
 from floorgap.errors import RecordMismatch
+from floorgap.probes.drafter_eval import PathSlotRecord, SlotRiskRecord
 from floorgap.records import read_metadata, read_table
 
 __all__ = [
@@ -81,9 +82,10 @@ log = logging.getLogger("floorgap.gaps")
 
 SUMMARY_COLUMNS = ["statistic", "variant", "domain", "slot", "estimate", "lower", "upper",
                    "n_anchors", "note"]
-PATH_FIELDS = ["anchor_id", "path", "slot", "committed_token", "token", "p_tok", "q_tok", "tv",
-               "accept", "self_token", "q_self_tok", "tv_self"]
-SLOT_FIELDS = ["anchor_id", "slot", "order", "risk", "risk_oracle", "risk_self", "exposure"]
+#: The drafter_eval records' columns, from their dataclasses; the slot records' logp check
+#: columns are the probe's own and not read here.
+PATH_FIELDS = [f.name for f in fields(PathSlotRecord)]
+SLOT_FIELDS = [f.name for f in fields(SlotRiskRecord) if not f.name.startswith("logp_")]
 FLOOR_FIELDS = ["anchor_id", "prompt_id", "domain", "pi", "slot", "t0", "t1_split_cov",
                 "t1_covered_mass", "t1_reweighted"]
 
