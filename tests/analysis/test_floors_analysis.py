@@ -346,7 +346,8 @@ def test_a_floor_statistic_is_the_probe_record_and_a_summary_line(tmp_path):
     script = tmp_path / "new_statistic.py"
     script.write_text(_NEW_STATISTIC)
     out = subprocess.run([sys.executable, str(script), str(tmp_path / "records")],
-                         cwd=here, env={**os.environ, "PYTHONPATH": str(here)},
+                         cwd=here, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                             [str(here), os.environ.get("PYTHONPATH", "")])},
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     # gamma 3, scopes all + 2 domains; a constant per slot is its own Hajek mean
