@@ -479,6 +479,37 @@ def test_a_study_overlay_merged_into_the_default_validates_and_resolves(overlay)
         assert entry["kind"]
 
 
+def test_a_table_fitted_on_a_budget_subset_is_set_beside_the_arms_of_that_subset() -> None:
+    """A lookup table with ``blocks`` belongs to the budget study: evaluated in its group,
+    paired with each arm of its order trained on as many blocks, and with no drafter of the
+    summary (those meet the tables fitted on all the data)."""
+    from snakemake.utils import update_config
+
+    cfg = default()
+    update_config(cfg, yaml.safe_load(
+        (REPO / "workflow/configs/studies/data-curve.yaml").read_text()))
+    spec = resolve(cfg)
+    budget = {e.variant for e in spec.eval_groups["budget"]}
+    summary = {e.variant for e in spec.eval_groups["summary"]}
+    assert {"curve-bigram-12600", "curve-bigram-committed-200000"} <= budget
+    assert not {t for t in summary if t.startswith("curve-")}
+    assert set(spec.reference_lookups) == {"unigram", "bigram", "bigram_committed"}
+    contrasts = spec.gaps_spec("budget", spec.primary)["contrasts"]
+    assert ["curve-dflash-scaled-50000", "curve-bigram-committed-50000"] in contrasts
+    assert ["curve-ours-scaled-50000", "curve-bigram-50000"] in contrasts
+    assert all(a.rsplit("-", 1)[1] == t.rsplit("-", 1)[1] for a, t in contrasts)
+    assert ["curve-dflash-scaled-50000", "curve-bigram-50000"] not in contrasts  # order 1
+    assert spec.gaps_spec("budget", spec.primary)["lookups"] == spec.budget_lookups
+    assert not any(t.startswith("curve-") for _, t in spec.lookup_contrasts(["dflash"]))
+    options = spec.report_spec("gaps_budget", "table")
+    assert options["budget"]["curve-bigram-25000"]["blocks"] == 25000
+    assert "curve-bigram-25000" not in options["train_epochs"]
+    # the default has no such table: its budget study is unchanged
+    plain = resolve(default())
+    assert plain.budget_lookups == [] and plain.gaps_spec("budget", plain.primary)[
+        "contrasts"] == []
+
+
 def test_a_config_knob_is_its_schema_entry(tmp_path) -> None:
     """ARCHITECTURE.md, "A config knob": a key added to the schema with its default reaches
     the stage whose spec carries its section, shared and per target, with nothing else

@@ -11,12 +11,13 @@ from test_gap_items import _summarise
 
 @pytest.fixture(scope="module")
 def budget_inputs(tmp_path_factory):
-    """The three parts of the study: the variant ``base`` by epoch (a), arms of its recipe at
-    two sizes (b) and one arm with one setting changed (c), plus an order-1 arm."""
+    """The parts of the study: the variant ``base`` by epoch (a), arms of its recipe at two
+    sizes (b) and one arm with one setting changed (c), plus an order-1 arm, and the tables
+    fitted on the two sizes (d)."""
     root = tmp_path_factory.mktemp("budget")
     variants = {"base@epoch-1": {"order": 0}, "base@epoch-2": {"order": 0},
                 "few": {"order": 0}, "many": {"order": 0}, "few-ce": {"order": 0},
-                "markov": {"order": 1}}
+                "markov": {"order": 1}, "table-few": {"order": 0}, "table-many": {"order": 0}}
     summary = _summarise(root, variants, {"contrasts": [], "sweeps": False}, "budget")
     inputs = {"summary": summary}
     for name, blocks, epochs in (("base", 900, 2), ("few", 100, 9), ("many", 900, 1),
@@ -35,8 +36,12 @@ def budget_inputs(tmp_path_factory):
                        "many": {**recipe, "blocks": 900},
                        "few-ce": {**recipe, "objective": "ce", "init": "target_scaled",
                                   "blocks": 100},
-                       "markov": {"kind": "dspark", "layers": 1}},
+                       "markov": {"kind": "dspark", "layers": 1},
+                       "table-few": {"kind": "bigram_committed", "blocks": 100},
+                       "table-many": {"kind": "bigram_committed", "blocks": 900}},
             "train_epochs": {"base": 2, "few": 9, "many": 1, "few-ce": 9, "markov": 1},
+            "lookups": {"table-few": "bigram_committed", "table-many": "bigram_committed",
+                        "bigram": "bigram"},
             "dpi": 60}
     return inputs, spec
 
@@ -50,21 +55,25 @@ def test_study_runs_read_risk_blocks_steps_and_settings(budget_inputs):
     s = GapSummary(inputs["summary"])
     assert sorted(zip(runs["drafter"], runs["epoch"], runs["weights"])) == [
         ("base", 1, "epoch"), ("base", 2, "epoch"), ("few", 9, "kept"), ("few-ce", 9, "kept"),
-        ("many", 1, "kept"), ("markov", 1, "kept")]
+        ("many", 1, "kept"), ("markov", 1, "kept"), ("table-few", 0, "table"),
+        ("table-many", 0, "table")]
     for _, r in runs.iterrows():
-        stat = "R" if r["kind"] == "dflash" else "R_oracle_all"   # the order's held-out risk
+        # the order's held-out risk
+        stat = "R" if r["kind"] in ("dflash", "bigram_committed") else "R_oracle_all"
         assert r["risk"] == stat
         assert r["R_0"] == pytest.approx(s.get(stat, r["label"], 0))
         assert r["blocks"] == {"base": 900, "few": 100, "many": 900, "few-ce": 100,
-                               "markov": 900}[r["drafter"]]
+                               "markov": 900, "table-few": 100, "table-many": 900}[r["drafter"]]
     # few: 9 epochs of 1 step; many: 1 epoch of 9 steps -- data at fixed steps
     assert dict(zip(runs["drafter"], runs["steps"]))["few"] == 9
     assert dict(zip(runs["drafter"], runs["steps"]))["many"] == 9
     assert set(runs.loc[runs["drafter"] == "markov", "objective"]) == {"ce"}   # the default
-    epochs, data, changes = _parts(runs, spec)
+    epochs, data, changes, tables = _parts(runs, spec)
     assert set(epochs["drafter"]) == {"base"}
-    assert set(data["drafter"]) == {"few", "many"}
+    assert set(data["drafter"]) == {"few", "many"}   # the recipe trained at several sizes
     assert set(changes["drafter"]) == {"few-ce", "markov"}
+    assert set(tables["drafter"]) == {"table-few", "table-many"}
+    assert set(tables["steps"]) == {0}
 
 
 def test_items_write_files_and_finite_macros(budget_inputs, tmp_path):
@@ -79,10 +88,12 @@ def test_items_write_files_and_finite_macros(budget_inputs, tmp_path):
     assert tex.startswith("\\begin{tabular}") and "nan" not in tex
     # a config value with LaTeX's specials is set as text (an init name broke the PDF once)
     assert "target\\_scaled" in tex and "target_scaled" not in tex
+    # a study table is a row of its own, with no training settings
+    assert "table-many (bigram\\_committed table) & -- & -- & -- & -- & -- & 900 & --" in tex
     assert fig["\\fgBudgetMaxBlocks"] == "900" and fig["\\fgBudgetMinBlocks"] == "100"
     assert fig["\\fgBudgetChangeFirst"].startswith(("\\ensuremath{+", "\\ensuremath{-"))
     assert fig["\\fgBudgetFixedSteps"] == "9" and fig["\\fgBudgetEpochsStudied"] == "2"
-    assert tab["\\fgBudgetFewBlocks"] == "100"
+    assert tab["\\fgBudgetFewBlocks"] == "100" and tab["\\fgBudgetTableManyBlocks"] == "900"
     assert all(v not in ("", "nan") for v in {**fig, **tab}.values())
 
 

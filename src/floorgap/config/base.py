@@ -149,6 +149,7 @@ class SpecCore:
     budget_variants: list[str] = field(init=False)
     roles: dict[str, str] = field(init=False)
     lookups: list[str] = field(init=False)
+    budget_lookups: list[str] = field(init=False)
     decompose: list[str] = field(init=False)
     checks: dict[str, dict[str, Any]] = field(init=False)
     eval_groups: dict[str, list[Evaluation]] = field(init=False)
@@ -172,20 +173,25 @@ class SpecCore:
         self.checks = {name: dict(entry) for name, entry in (cfg.get("check") or {}).items()}
         self._settings = {t: merge_settings(cfg, cfg["targets"][t].get("settings") or {})
                           for t in self.targets}
+        # a table fitted on a subset of the training blocks (``blocks``) belongs to the budget
+        # study, beside the study's drafters trained on the same subset
+        self.budget_lookups = [t for t in self.lookups
+                               if drafters["lookups"][t].get("blocks") is not None]
         self.validate()
         self.eval_groups = {
             # the lookup tables beside the drafters, on the same anchors and paths
-            "summary": [Evaluation(v, "final") for v in self.variants + self.lookups],
+            "summary": [Evaluation(v, "final") for v in self.variants + self.reference_lookups],
             # every epoch (the final weights are the best held-out epoch, one of them)
             "trajectory": [Evaluation(v, f"epoch-{e}") for v in self.trajectory
                            for e in range(1, self.variant_epochs(v, self.primary) + 1)],
             "components": [Evaluation(arm, "final") for arm in self.arms],
             # the budget study: every epoch of the variants it includes (epochs at fixed data;
-            # their final weights are evaluated with the summary group) and the kept weights
-            # of its arms (data at fixed steps, one change at a time)
+            # their final weights are evaluated with the summary group), the kept weights of
+            # its arms (data at fixed steps, one change at a time, the data curve) and the
+            # tables fitted on the arms' subsets
             "budget": [Evaluation(v, f"epoch-{e}") for v in self.budget_variants
                        for e in range(1, self.variant_epochs(v, self.primary) + 1)]
-                      + [Evaluation(arm, "final") for arm in self.budget_arms],
+                      + [Evaluation(d, "final") for d in self.budget_arms + self.budget_lookups],
             # a user's own drafters (floorgap decompose): final weights only, beside the
             # lookup tables (their paired differences say whether the drafter beats them)
             "decompose": [Evaluation(name, "final", "decompose") for name in self.decompose]
@@ -213,6 +219,12 @@ class SpecCore:
         """Every drafter: the variants, the component arms, the budget-study arms, the
         lookup tables and the decompose section's drafters (one namespace)."""
         return self.variants + self.arms + self.budget_arms + self.lookups + self.decompose
+
+    @property
+    def reference_lookups(self) -> list[str]:
+        """The lookup tables fitted on all the training data: the ones every drafter is set
+        beside (the budget study's tables are set beside its arms of the same subset)."""
+        return [t for t in self.lookups if t not in self.budget_lookups]
 
     @property
     def cross_target_drafters(self) -> list[str]:

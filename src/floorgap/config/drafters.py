@@ -67,12 +67,15 @@ class DrafterSpecs(SpecCore):
         cross_target target's summary has its two baselines and no contrast."""
         if self.scope(target) == "cross_target":
             return self.analysis_spec(contrasts=[])
-        if summary in ("trajectory", "budget"):
+        if summary == "trajectory":
             return self.analysis_spec(contrasts=[], sweeps=False)
+        if summary == "budget":
+            return self.analysis_spec(contrasts=self.budget_contrasts(), sweeps=False,
+                                      lookups=self.budget_lookups)
         if summary == "decompose":
             return self.analysis_spec(contrasts=self.lookup_contrasts(self.decompose)
                                       + self.check_contrasts(),
-                                      sweeps=False, lookups=self.lookups)
+                                      sweeps=False, lookups=self.reference_lookups)
         if summary == "components":
             base = self.config["drafters"]["components"]["baseline"]
             return self.analysis_spec(contrasts=[[arm, base] for arm in self.arms if arm != base],
@@ -80,13 +83,22 @@ class DrafterSpecs(SpecCore):
         roles = list(dict.fromkeys(self.roles[r] for r in ROLES))
         return self.analysis_spec(contrasts=[[self.roles["ours"], self.roles["order1"]],
                                              *self.lookup_contrasts(roles)],
-                                  lookups=self.lookups)
+                                  lookups=self.reference_lookups)
 
     def lookup_contrasts(self, drafters: Sequence[str]) -> list[list[str]]:
-        """[drafter, table] for each of ``drafters`` and each lookup table of its order: the
-        paired differences that say whether a drafter beats a lookup table."""
-        return [[d, t] for d in drafters for t in self.lookups
+        """[drafter, table] for each of ``drafters`` and each lookup table of its order fitted
+        on all the training data: the paired differences that say whether a drafter beats a
+        lookup table."""
+        return [[d, t] for d in drafters for t in self.reference_lookups
                 if self.drafter_order(d) == self.drafter_order(t)]
+
+    def budget_contrasts(self) -> list[list[str]]:
+        """[arm, table] for each budget arm and each budget table of its order fitted on as
+        many blocks: whether the arm beats the table that saw the same data."""
+        def blocks(name: str) -> Any:
+            return self.variant_entry(name, self.primary).get("blocks")
+        return [[a, t] for a in self.budget_arms for t in self.budget_lookups
+                if self.drafter_order(a) == self.drafter_order(t) and blocks(a) == blocks(t)]
 
     def lookup_tables(self, drafter: str) -> list[str]:
         """The lookup tables of ``drafter``'s order, which its decomposition and check set

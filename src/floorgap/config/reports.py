@@ -61,9 +61,11 @@ def _budget_inputs(w: SpecCore) -> dict[str, str]:
 
 
 def _budget_options(w: SpecCore) -> dict[str, Any]:
-    studied = w.budget_variants + w.budget_arms
-    return {**_roles(w), "budget": {v: w.variant_entry(v, w.primary) for v in studied},
-            "train_epochs": {v: w.variant_epochs(v, w.primary) for v in studied}}
+    # the study's tables (fitted on an arm's subset) have entries and no training epochs
+    trained = w.budget_variants + w.budget_arms
+    return {**_roles(w), "budget": {v: w.variant_entry(v, w.primary)
+                                    for v in trained + w.budget_lookups},
+            "train_epochs": {v: w.variant_epochs(v, w.primary) for v in trained}}
 
 
 #: Each kind of report item (a registry row's ``reads``): the files it reads and its options.

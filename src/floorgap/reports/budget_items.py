@@ -6,14 +6,16 @@ kept weights of each study arm, labelled by its name) and each study drafter's t
 (``drafters/<drafter>/train_log.jsonl``, whose epoch records count the blocks and optimiser
 steps trained and hold the held-out risk on the training record's held-out sequences).
 ``spec["budget"]`` holds the config entry of every study drafter (kind, layers, objective, init,
-vocab, mask_embedding, blocks), ``spec["train_epochs"]`` its epochs and ``spec["budget_variants"]``
-the variants whose every epoch is studied.
+vocab, mask_embedding, blocks) and of every study table (a lookup table fitted on ``blocks``,
+named in ``spec["lookups"]``), ``spec["train_epochs"]`` each drafter's epochs.
 
 The study keeps data and optimiser steps apart: (a) epochs at fixed data (the variants' epochs),
-(b) data at fixed steps (the arms of the variants' recipe: blocks x epochs about constant), (c)
-one setting changed at a time (the other arms, against the (b) arm with as many blocks). The
-held-out risk is the evaluation probe's on the floor paths: R_k for an order-0 drafter,
-R^oracle_k (all paths) for an order-1 drafter.
+(b) data: the kept arms of each recipe trained at several sizes (the default's arms at a fixed
+number of steps, blocks x epochs about constant; a data-curve study's arms each at its best
+held-out epoch), beside the tables fitted on the same subsets, (c) one setting changed at a time
+(the other arms, against the (b) arm with as many blocks). The held-out risk is the evaluation
+probe's on the floor paths: R_k for an order-0 drafter or table, R^oracle_k (all paths) for an
+order-1 one.
 """
 
 from __future__ import annotations
@@ -66,31 +68,48 @@ def _training_log(inputs: Mapping[str, Path], drafter: str) -> list[dict[str, An
     return epochs
 
 
+def _table_row(drafter: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A study table's settings: fitted on ``blocks``, no layers, epochs or optimiser steps."""
+    return {"drafter": drafter, "epoch": 0, "weights": "table", "kind": entry["kind"],
+            "layers": 0, "objective": "", "init": "", "vocab": 0, "mask": "",
+            "blocks": int(entry["blocks"]), "epochs": 0, "steps": 0}
+
+
+def _drafter_row(inputs: Mapping[str, Path], spec: Mapping[str, Any], drafter: str,
+                 epoch: int | None) -> dict[str, Any]:
+    """A study drafter's settings, its blocks of one epoch (from its training log), epochs and
+    optimiser steps."""
+    entry = spec["budget"][drafter]
+    log = _training_log(inputs, drafter)
+    trained = int(spec["train_epochs"][drafter])
+    return {"drafter": drafter, "epoch": epoch if epoch is not None else trained,
+            "weights": "epoch" if epoch is not None else "kept", "kind": entry["kind"],
+            "layers": int(entry["layers"]), "objective": entry.get("objective", "ce"),
+            "init": entry.get("init", "random"), "vocab": int(entry.get("vocab") or 0),
+            "mask": "embedding" if entry.get("mask_embedding") else "token",
+            "blocks": int(log[-1]["examples"]), "epochs": trained,
+            "steps": int(sum(r.get("steps", 0) for r in log))}
+
+
 def study_runs(inputs: Mapping[str, Path], spec: Mapping[str, Any]) -> pd.DataFrame:
-    """One row per evaluated study drafter: its settings, the blocks of one epoch, its epochs
-    and optimiser steps, which weights were evaluated (``epoch`` e of a studied variant, or the
-    ``kept`` weights of an arm: its best held-out epoch), and the held-out risk by slot with
-    tau (estimate and interval)."""
+    """One row per evaluated study drafter or table: its settings, the blocks of one epoch,
+    its epochs and optimiser steps, which weights were evaluated (``epoch`` e of a studied
+    variant, the ``kept`` weights of an arm: its best held-out epoch, or a ``table`` fitted on
+    the arm's subset), and the held-out risk by slot with tau (estimate and interval)."""
     s = GapSummary(inputs["summary"])
+    tables = spec.get("lookups") or {}
     rows = []
     for label in s.variants:
         parsed = _epoch_of(label)
         drafter, epoch = parsed if parsed is not None else (label, None)
         if drafter not in spec["budget"]:
             continue
-        entry = spec["budget"][drafter]
-        log = _training_log(inputs, drafter)
-        trained = int(spec["train_epochs"][drafter])
+        row = (_table_row(drafter, spec["budget"][drafter]) if drafter in tables
+               else _drafter_row(inputs, spec, drafter, epoch))
         stat = _risk_statistic(s, label)
-        row = {"drafter": drafter, "epoch": epoch if epoch is not None else trained,
-               "weights": "epoch" if epoch is not None else "kept", "kind": entry["kind"],
-               "layers": int(entry["layers"]), "objective": entry.get("objective", "ce"),
-               "init": entry.get("init", "random"), "vocab": int(entry.get("vocab") or 0),
-               "mask": "embedding" if entry.get("mask_embedding") else "token",
-               "blocks": int(log[-1]["examples"]), "epochs": trained,
-               "steps": int(sum(r.get("steps", 0) for r in log)), "risk": stat,
-               "tau": s.get("tau", label), "tau_lower": s.get("tau", label, field="lower"),
-               "tau_upper": s.get("tau", label, field="upper"), "label": label}
+        row.update({"risk": stat, "tau": s.get("tau", label),
+                    "tau_lower": s.get("tau", label, field="lower"),
+                    "tau_upper": s.get("tau", label, field="upper"), "label": label})
         for k in s.slots:
             row[f"R_{k}"] = s.get(stat, label, k)
         rows.append(row)
@@ -102,20 +121,42 @@ def study_runs(inputs: Mapping[str, Path], spec: Mapping[str, Any]) -> pd.DataFr
 
 
 def _recipe(row: Mapping[str, Any]) -> str:
+    if row["weights"] == "table":
+        return f"{row['kind']} table"
     vocab = f"vocab {row['vocab']}" if row["vocab"] else "full vocab"
     return (f"{row['kind']}, {row['layers']}L, {row['objective']}, init {row['init']}, {vocab}, "
             f"mask {row['mask']}")
 
 
 def _parts(runs: pd.DataFrame, spec: Mapping[str, Any]
-           ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(a) the studied variants' epochs, (b) the kept arms of their recipe (data at fixed
-    steps), (c) the kept arms of other recipes (one change each)."""
+           ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(a) the studied variants' epochs, (b) the kept arms of each recipe trained at several
+    sizes (the data), (c) the kept arms of the other recipes (one change each), (d) the tables
+    fitted on the arms' subsets; (b) to (d) carry their ``recipe``."""
     runs = runs.assign(recipe=runs.apply(_recipe, axis=1))
     epochs = runs[runs["weights"] == "epoch"]
     kept = runs[runs["weights"] == "kept"]
-    base = set(epochs["recipe"]) or set(kept["recipe"].iloc[:1])
-    return epochs, kept[kept["recipe"].isin(base)], kept[~kept["recipe"].isin(base)]
+    sizes = kept.groupby("recipe")["blocks"].nunique()
+    curves = set(sizes[sizes > 1].index)
+    return (epochs, kept[kept["recipe"].isin(curves)], kept[~kept["recipe"].isin(curves)],
+            runs[runs["weights"] == "table"])
+
+
+def _base_curve(data: pd.DataFrame) -> pd.DataFrame:
+    """The recipe the extrapolation follows: an order-0 one (R_0 is its risk) before an order-1
+    one, then the one with the most sizes."""
+    if data.empty:
+        return data
+    key = data.groupby("recipe").agg(order1=("risk", lambda r: (r != "R").any()),
+                                     sizes=("blocks", "nunique"))
+    best = key.sort_values(["order1", "sizes"], ascending=[True, False]).index[0]
+    return data[data["recipe"] == best]
+
+
+def _kept_heldout(inputs: Mapping[str, Path], drafter: str) -> list[float]:
+    """The training log's held-out risk by slot at the kept (best held-out) epoch."""
+    held = [r["heldout"] for r in _training_log(inputs, drafter) if "heldout" in r]
+    return min(held, key=lambda h: h["score"])["tv_by_slot"] if held else []
 
 
 def _fit_per_decade(blocks: pd.Series, risk: pd.Series) -> tuple[float, float]:
@@ -136,7 +177,7 @@ def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
     of optimiser steps (log axis), (c) one setting changed at a time."""
     runs = study_runs(inputs, spec)
     last = max(int(c.split("_")[1]) for c in runs.columns if c.startswith("R_"))
-    epochs, data, changes = _parts(runs, spec)
+    epochs, data, changes, tables = _parts(runs, spec)
     fig, axes = item_figure(spec, 3)
     for drafter, grp in epochs.groupby("drafter"):
         grp = grp.sort_values("epoch")
@@ -150,12 +191,27 @@ def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
                              [r["heldout"]["tv_by_slot"][k] for r in held], ":", color="grey",
                              label="held-out training sequences" if k == 0 else None)
     axes[0].set_xlabel("epoch (all the data)")
-    if not data.empty:
-        grp = data.sort_values("blocks")
+    for recipe, grp in data.groupby("recipe", sort=True):
+        grp = grp.sort_values("blocks")
+        name = f"{grp['kind'].iloc[0]} ({grp['init'].iloc[0]})"
+        line = None
         for k, style in ((0, "o-"), (last, "s--")):
-            axes[1].plot(grp["blocks"], grp[f"R_{k}"], style, label=f"$R_{{{k}}}$")
+            line, = axes[1].plot(grp["blocks"], grp[f"R_{k}"], style,
+                                 color=None if line is None else line.get_color(),
+                                 label=f"{name} $R_{{{k}}}$")
+        held = [(b, _kept_heldout(inputs, d)) for b, d in zip(grp["blocks"], grp["drafter"])]
+        held = [(b, h) for b, h in held if h]
+        if held:  # the training log's held-out sequences at the kept epoch, slot 0
+            axes[1].plot([b for b, _ in held], [h[0] for _, h in held], ":",
+                         color=line.get_color(), label=f"{name} held-out $R_0$")
+    for kind, grp in tables.groupby("kind", sort=True):
+        grp = grp.sort_values("blocks")
+        for k, style in ((0, "x-"), (last, "+--")):
+            axes[1].plot(grp["blocks"], grp[f"R_{k}"], style, color="black", linewidth=0.8,
+                         label=f"{kind} table $R_{{{k}}}$")
+    if not (data.empty and tables.empty):
         axes[1].set_xscale("log")
-    axes[1].set_xlabel("training blocks (fixed steps)")
+    axes[1].set_xlabel("training blocks (kept weights)")
     ref = {int(b): r for b, r in data.set_index("blocks").iterrows()}
     names = [f"{r['drafter']}" for _, r in changes.iterrows()]
     y = np.arange(len(names))
@@ -175,7 +231,8 @@ def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
     save_item_figure(fig, "figE_drafter_learning", out_dir, spec)
     kept = runs[runs["weights"] == "kept"]
     best = (kept if not kept.empty else runs).sort_values(f"R_{last}").iloc[0]
-    intercept, slope = _fit_per_decade(data["blocks"], data["R_0"]) if len(data) else \
+    base = _base_curve(data)
+    intercept, slope = _fit_per_decade(base["blocks"], base["R_0"]) if len(base) else \
         (math.nan, math.nan)
     need = 10 ** ((TARGET_RISK_FIRST - intercept) / slope) if slope < 0 else math.inf
     best_epoch = (epochs.sort_values("R_0").iloc[0] if not epochs.empty else best)
@@ -185,8 +242,8 @@ def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
         macro_name("budget", "target", "risk", "first"): fmt(TARGET_RISK_FIRST, 2),
         macro_name("budget", "target", "blocks"): (f"{need:,.0f}" if math.isfinite(need)
                                                    else "no finite number of"),
-        macro_name("budget", "fixed", "steps"): str(int(data["steps"].median()))
-        if len(data) else "0",
+        macro_name("budget", "fixed", "steps"): str(int(base["steps"].median()))
+        if len(base) else "0",
         macro_name("budget", "best", "epoch"): str(int(best_epoch["epoch"])),
         macro_name("budget", "epochs", "studied"): str(int(epochs["epoch"].max()))
         if len(epochs) else "0",
@@ -200,25 +257,28 @@ def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
 
 def tableE_drafter_budget(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
                           ) -> dict[str, str]:
-    """Table E: every study drafter evaluated (the variants by epoch, the arms' kept weights):
-    recipe, blocks, epochs, optimiser steps, held-out risk at every slot and the offline
-    accepted length tau with its interval."""
+    """Table E: every study drafter evaluated (the variants by epoch, the arms' kept weights)
+    and every study table: recipe, blocks, epochs, optimiser steps, held-out risk at every slot
+    and the offline accepted length tau with its interval."""
     runs = study_runs(inputs, spec)
     s = GapSummary(inputs["summary"])
     ks = s.slots
     rows = []
     for _, r in runs.iterrows():
-        name = r["drafter"] + (f" @{r['epoch']}" if r["weights"] == "epoch" else "")
-        rows.append([tex_text(name), str(r["layers"]), tex_text(r["objective"]),
-                     tex_text(r["init"]), str(r["vocab"] or "full"), tex_text(r["mask"]),
-                     str(int(r["blocks"])),
-                     str(int(r["steps"])), *[fmt(r[f"R_{k}"], 2) for k in ks],
+        name = r["drafter"] + {"epoch": f" @{r['epoch']}", "kept": "",
+                               "table": f" ({r['kind']} table)"}[r["weights"]]
+        settings = ([str(r["layers"]), tex_text(r["objective"]), tex_text(r["init"]),
+                     str(r["vocab"] or "full"), tex_text(r["mask"])]
+                    if r["weights"] != "table" else ["--"] * 5)
+        rows.append([tex_text(name), *settings, str(int(r["blocks"])),
+                     str(int(r["steps"])) if r["weights"] != "table" else "--",
+                     *[fmt(r[f"R_{k}"], 2) for k in ks],
                      fmt(r["tau"], 2), _ci(s, "tau", r["label"], digits=2)])
     header = ["Drafter", "Layers", "Objective", "Init", "Vocab", "Mask", "Blocks", "Steps",
               *[f"$R_{{{k}}}$" for k in ks], "$\\tau$", "95\\% CI"]
     _table(rows, header, "tableE_drafter_budget", out_dir, runs.to_dict("records"))
     values = {}
-    for _, r in runs[runs["weights"] == "kept"].iterrows():
+    for _, r in runs[runs["weights"] != "epoch"].iterrows():
         stem = r["drafter"]
         values[macro_name("budget", stem, "tau")] = fmt(r["tau"], 2)
         values[macro_name("budget", stem, "risk", "first")] = fmt(r["R_0"], 2)
