@@ -8,8 +8,8 @@ _.not_clearly_better  # analysis/lookup_verdicts.LookupVerdict, in the decomposi
 _.tokens_per_s  # models/training epoch record, in the drafters stage's history
 _.finish_reason  # probes/api_floors and probes/serving request records
 _.self_token  # probes/drafter_eval path records
-_.t1_uncovered_paths  # probes/rollouts.SlotFloorRecord, read by analysis/floors by column name
-_.t1_reweighted_ess_mean  # probes/rollouts.SlotFloorRecord, as above
+_.t1_uncovered_paths  # probes/record_types.SlotFloorRecord, read by analysis/floors by column name
+_.t1_reweighted_ess_mean  # probes/record_types.SlotFloorRecord, as above
 _.latency_s  # probes/serving.ServedRequest, read by analysis/serving by column name
 _.ttft_s  # probes/serving.ServedRequest, as above
 # set on objects of other libraries, which read them

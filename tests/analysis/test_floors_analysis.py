@@ -296,7 +296,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-import floorgap.probes.rollouts as probe
+import floorgap.probes.record_types as probe
 
 
 # place 1, the probe: a field of its record (here beside the fields it has), which the probe

@@ -66,7 +66,7 @@ from floorgap.estimators.best_response import (
 from floorgap.estimators.floors import covered_by_grouping
 from floorgap.estimators.serving import serving_summary
 from floorgap.errors import RecordMismatch
-from floorgap.probes.drafter_eval import PathSlotRecord, SlotRiskRecord
+from floorgap.probes.record_types import PathSlotRecord, SlotRiskRecord
 from floorgap.records import read_metadata, read_table
 
 __all__ = [

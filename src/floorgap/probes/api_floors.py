@@ -217,7 +217,7 @@ def full_vocab_floors(model: Any, context_ids: list[int], tokens: torch.Tensor, 
                       law: SamplingLaw, forward_batch: int) -> list[Any]:
     """Teacher-force the paths ``tokens`` ([M, gamma] ids) through the local target and compute
     the full-vocabulary floors of every slot on exactly those paths: the rollout probe's
-    :class:`~floorgap.probes.rollouts.SlotFloorRecord` of each slot."""
+    :class:`~floorgap.probes.record_types.SlotFloorRecord` of each slot."""
     from floorgap.probes.drafter_eval import target_path_probs
     from floorgap.probes.rollouts import SampledBlock, anchor_records
 

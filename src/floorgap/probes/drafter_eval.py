@@ -52,6 +52,7 @@ from floorgap.estimators.barycentre import tv_distance
 from floorgap.estimators.risk import exposure
 from floorgap.estimators.serving import accept_factors
 from floorgap.models.shared_prefix import decode_forward, path_cache
+from floorgap.probes.record_types import PathSlotRecord, SlotRiskRecord
 from floorgap.probes.rollouts import forward_rows
 from floorgap.sampling import SamplingLaw, inverse_cdf_sample
 from floorgap.seeds import derive_seed, generator_for
@@ -85,45 +86,6 @@ class AnchorEval:
     @property
     def logp_abs_diff(self) -> Tensor:
         return (self.p_tok - self.p_stored).abs()
-
-
-@dataclass(frozen=True)
-class PathSlotRecord:
-    """One path at one slot. ``q_tok`` and ``accept`` use the oracle proposal at order 1;
-    ``self_token``/``q_self_tok``/``tv_self`` describe the drafter's own chain (order 1 only:
-    -1/NaN at order 0, where the proposal does not depend on the chain)."""
-
-    anchor_id: str
-    path: int
-    slot: int
-    committed_token: int
-    token: int
-    p_tok: float
-    q_tok: float
-    tv: float
-    accept: float
-    self_token: int
-    q_self_tok: float
-    tv_self: float
-
-
-@dataclass(frozen=True)
-class SlotRiskRecord:
-    """Risks at one anchor and slot: ``risk`` is R_k (order 0) or R_k^oracle (order 1);
-    ``risk_oracle`` and ``risk_self`` equal ``risk`` at order 0 (its proposal ignores the
-    chain); ``exposure`` = R^self - R^oracle. ``logp_mismatches`` counts paths whose recomputed
-    p_k(Z_k) differs from the stored one by more than ``LOGP_ATOL``; ``logp_max_abs_diff`` is
-    the largest difference."""
-
-    anchor_id: str
-    slot: int
-    order: int
-    risk: float
-    risk_oracle: float
-    risk_self: float
-    exposure: float
-    logp_mismatches: int
-    logp_max_abs_diff: float
 
 
 @torch.inference_mode()

@@ -30,6 +30,7 @@ import torch
 
 from floorgap.data.anchors import anchor_contexts
 from floorgap.models.shared_prefix import decode_forward, path_cache, sibling_logits
+from floorgap.probes.record_types import PathRecord, SlotFloorRecord
 from floorgap.progress import progress
 from floorgap.sampling import SamplingLaw, inverse_cdf_sample
 from floorgap.seeds import derive_seed, generator_for
@@ -137,53 +138,6 @@ def sample_block(model: Any, context_ids: list[int], *, n_paths: int, gamma: int
         del cache
     return SampledBlock(tokens=tokens, probs=probs, revealed=revealed,
                         seconds=time.perf_counter() - start_time)
-
-
-@dataclass(frozen=True)
-class PathRecord:
-    """One sampled path at an anchor: realised tokens, their log-probabilities log p_k(Z_k),
-    the top-K read of p_k at every slot (flattened slot-major) and its residual mass."""
-
-    anchor_id: str
-    path: int
-    tokens: list[int]
-    logp: list[float]
-    topk_ids: list[int]
-    topk_probs: list[float]
-    residual: list[float]
-
-
-@dataclass(frozen=True)
-class SlotFloorRecord:
-    """Floors at one anchor and slot, computed from the full-vocabulary p_k^(r) on the device.
-
-    t0 / t0_split: T^(0) in-sample and split-half; t1_*: split-half T^(1) by predecessor
-    grouping (covered floor T_cov, covered mass c, bounds c T_cov <= T <= c T_cov + 1 - c,
-    uncovered paths) and its in-sample plug-in; t0_covered: the in-sample order-0 floor's mean
-    per-path TV over the same covered paths (T^(0) on the population of T_cov);
-    t1_reweighted: mean over the revealed predecessors whose importance weights are not all
-    zero of the importance-reweighted floor, with the smallest and mean Kish ESS over them;
-    t1_reweighted_undefined: how many of the J revealed predecessors had all-zero weights
-    (possible under truncated laws; they are left out of the mean, and the cell is NaN only
-    when all J are); n_eff: effective support of the k-token block prefixes (1 at slot 0).
-    """
-
-    anchor_id: str
-    slot: int
-    t0: float
-    t0_split: float
-    t0_covered: float
-    t1_split_cov: float
-    t1_covered_mass: float
-    t1_lower: float
-    t1_upper: float
-    t1_uncovered_paths: int
-    t1_plugin: float
-    t1_reweighted: float
-    t1_reweighted_ess_min: float
-    t1_reweighted_ess_mean: float
-    t1_reweighted_undefined: int
-    n_eff: float
 
 
 def revealed_floors(block: SampledBlock, k: int) -> Any:

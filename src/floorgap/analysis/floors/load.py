@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from floorgap.errors import RecordMismatch
-from floorgap.probes.rollouts import SlotFloorRecord
+from floorgap.probes.record_types import SlotFloorRecord
 from floorgap.records import read_metadata, read_table
 
 log = logging.getLogger("floorgap.floors")
