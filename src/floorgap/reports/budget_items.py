@@ -173,8 +173,9 @@ def _fit_per_decade(blocks: pd.Series, risk: pd.Series) -> tuple[float, float]:
 def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
                           ) -> dict[str, str]:
     """Fig. E: (a) held-out risk at the first and last slot by epoch on all the data (the
-    training log's held-out sequences dotted), (b) against training blocks at a fixed number
-    of optimiser steps (log axis), (c) one setting changed at a time."""
+    training log's held-out sequences dotted), (b) against training blocks (log axis) for
+    each recipe trained at several sizes, beside the tables fitted on the same subsets, (c) one
+    setting changed at a time."""
     runs = study_runs(inputs, spec)
     last = max(int(c.split("_")[1]) for c in runs.columns if c.startswith("R_"))
     epochs, data, changes, tables = _parts(runs, spec)
@@ -212,7 +213,8 @@ def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
     if not (data.empty and tables.empty):
         axes[1].set_xscale("log")
     axes[1].set_xlabel("training blocks (kept weights)")
-    ref = {int(b): r for b, r in data.set_index("blocks").iterrows()}
+    base = _base_curve(data)   # the (b) recipe the changed arms are set against
+    ref = {int(b): r for b, r in base.set_index("blocks").iterrows()}
     names = [f"{r['drafter']}" for _, r in changes.iterrows()]
     y = np.arange(len(names))
     if len(names):
@@ -231,7 +233,6 @@ def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
     save_item_figure(fig, "figE_drafter_learning", out_dir, spec)
     kept = runs[runs["weights"] == "kept"]
     best = (kept if not kept.empty else runs).sort_values(f"R_{last}").iloc[0]
-    base = _base_curve(data)
     intercept, slope = _fit_per_decade(base["blocks"], base["R_0"]) if len(base) else \
         (math.nan, math.nan)
     need = 10 ** ((TARGET_RISK_FIRST - intercept) / slope) if slope < 0 else math.inf
