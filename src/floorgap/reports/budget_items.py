@@ -72,23 +72,27 @@ def _table_row(drafter: str, entry: Mapping[str, Any]) -> dict[str, Any]:
     """A study table's settings: fitted on ``blocks``, no layers, epochs or optimiser steps."""
     return {"drafter": drafter, "epoch": 0, "weights": "table", "kind": entry["kind"],
             "layers": 0, "objective": "", "init": "", "vocab": 0, "mask": "",
-            "blocks": int(entry["blocks"]), "epochs": 0, "steps": 0}
+            "blocks": int(entry["blocks"]), "epochs": 0, "steps": 0, "heldout_R_0": math.nan}
 
 
 def _drafter_row(inputs: Mapping[str, Path], spec: Mapping[str, Any], drafter: str,
                  epoch: int | None) -> dict[str, Any]:
-    """A study drafter's settings, its blocks of one epoch (from its training log), epochs and
-    optimiser steps."""
+    """A study drafter's settings, its blocks of one epoch (from its training log), epochs,
+    optimiser steps and the log's held-out slot-0 risk at its kept epoch."""
     entry = spec["budget"][drafter]
     log = _training_log(inputs, drafter)
     trained = int(spec["train_epochs"][drafter])
+    held = [r["heldout"] for r in log if "heldout" in r]
     return {"drafter": drafter, "epoch": epoch if epoch is not None else trained,
             "weights": "epoch" if epoch is not None else "kept", "kind": entry["kind"],
             "layers": int(entry["layers"]), "objective": entry.get("objective", "ce"),
             "init": entry.get("init", "random"), "vocab": int(entry.get("vocab") or 0),
             "mask": "embedding" if entry.get("mask_embedding") else "token",
             "blocks": int(log[-1]["examples"]), "epochs": trained,
-            "steps": int(sum(r.get("steps", 0) for r in log))}
+            "steps": int(sum(r.get("steps", 0) for r in log)),
+            # the log's held-out sequences at the kept (best held-out) epoch, slot 0
+            "heldout_R_0": (min(held, key=lambda h: h["score"])["tv_by_slot"][0] if held
+                            else math.nan)}
 
 
 def study_runs(inputs: Mapping[str, Path], spec: Mapping[str, Any]) -> pd.DataFrame:
@@ -153,12 +157,6 @@ def _base_curve(data: pd.DataFrame) -> pd.DataFrame:
     return data[data["recipe"] == best]
 
 
-def _kept_heldout(inputs: Mapping[str, Path], drafter: str) -> list[float]:
-    """The training log's held-out risk by slot at the kept (best held-out) epoch."""
-    held = [r["heldout"] for r in _training_log(inputs, drafter) if "heldout" in r]
-    return min(held, key=lambda h: h["score"])["tv_by_slot"] if held else []
-
-
 def _fit_per_decade(blocks: pd.Series, risk: pd.Series) -> tuple[float, float]:
     """Least-squares (intercept, slope) of risk on log10(blocks); NaN with fewer than two
     distinct sizes."""
@@ -200,11 +198,10 @@ def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
             line, = axes[1].plot(grp["blocks"], grp[f"R_{k}"], style,
                                  color=None if line is None else line.get_color(),
                                  label=f"{name} $R_{{{k}}}$")
-        held = [(b, _kept_heldout(inputs, d)) for b, d in zip(grp["blocks"], grp["drafter"])]
-        held = [(b, h) for b, h in held if h]
-        if held:  # the training log's held-out sequences at the kept epoch, slot 0
-            axes[1].plot([b for b, _ in held], [h[0] for _, h in held], ":",
-                         color=line.get_color(), label=f"{name} held-out $R_0$")
+        held = grp[grp["heldout_R_0"].notna()]
+        if not held.empty:  # the training log's held-out sequences at the kept epoch
+            axes[1].plot(held["blocks"], held["heldout_R_0"], ":", color=line.get_color(),
+                         label=f"{name} held-out $R_0$")
     for kind, grp in tables.groupby("kind", sort=True):
         grp = grp.sort_values("blocks")
         for k, style in ((0, "x-"), (last, "+--")):
