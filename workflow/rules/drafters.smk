@@ -37,6 +37,9 @@ rule drafters:
         data=lambda w, input: f"--data {input.data}" if input.data else "",
     log:
         f"{LOGS}/drafters/{{target}}/{{variant}}.log",
+    # longest first (the variants on all the data), so the gap half's chain does not wait on a
+    # long job started last
+    priority: lambda w: W.drafter_priority(w.variant, w.target)
     threads: 1
     resources:
         mem_mb=12000,

@@ -333,6 +333,17 @@ class SpecCore:
         entry = self.variant_entry(name, target)
         return int(entry.get("epochs", self.settings(target)["drafters"]["train"]["epochs"]))
 
+    def drafter_priority(self, name: str, target: str) -> int:
+        """The scheduling priority of drafter ``name``'s training job: longest first. A variant
+        trained on all the data (the roles, the trajectory) gets its epochs, since it is the
+        longest job of the gap half's chain; a subset arm, a component arm, a table and an
+        import get 0 and fill the cores around it."""
+        entry = self.variant_entry(name, target)
+        variants = self.settings(target)["drafters"]["variants"]
+        if is_checkpoint(entry) or name not in variants or "blocks" in entry:
+            return 0
+        return self.variant_epochs(name, target)
+
     def summary_evaluations(self, summary: str, target: str) -> list[Evaluation]:
         """The evaluations a gaps summary of ``target`` reads: its evaluation group; a
         cross_target target's ``summary`` reads its two baselines."""
