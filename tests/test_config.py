@@ -423,6 +423,9 @@ def test_every_shipped_config_validates_and_resolves(path: Path) -> None:
     spec = resolve(cfg)
     for target in spec.targets:
         jsonschema.validate(spec.settings(target), schema)
+        # the drafters rule asks every drafter job its priority when the DAG is built
+        assert all(spec.drafter_priority(name, target) >= 0
+                   for name in spec.target_drafters(target))
 
 
 def test_the_paper_config_compares_the_qwen3_targets_with_their_own_released_drafters() -> None:
