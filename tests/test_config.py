@@ -547,14 +547,15 @@ def test_a_config_knob_is_its_schema_entry(tmp_path) -> None:
 
 
 def test_the_drafters_on_all_the_data_are_scheduled_first() -> None:
-    """Longest first: the variants trained on all the data get their epochs as the training
-    job's priority; subset arms, component arms, tables and a target's own variants of a
-    subset get 0."""
+    """The gap half's chain first, longest first: the variants trained on all the data get
+    their epochs as the training job's priority, the tables fitted on all of it 1, subset and
+    component arms 0."""
     spec = resolve(default())
     smol, gemma = spec.primary, "gemma3-270m"
     assert spec.drafter_priority("ours", smol) == spec.variant_epochs("ours", smol) > 0
     assert spec.drafter_priority("dflash", smol) == spec.variant_epochs("dflash", smol)
     assert spec.drafter_priority("dspark", smol) == spec.variant_epochs("dspark", smol)
     assert spec.drafter_priority("dflash", gemma) == spec.variant_epochs("dflash", gemma)
-    for name in [*spec.budget_arms, *spec.lookups, "vanilla", "head"]:
+    assert min(spec.drafter_priority(t, smol) for t in spec.reference_lookups) == 1
+    for name in [*spec.budget_arms, "vanilla", "head"]:
         assert spec.drafter_priority(name, smol) == 0, name

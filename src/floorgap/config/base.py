@@ -334,11 +334,13 @@ class SpecCore:
         return int(entry.get("epochs", self.settings(target)["drafters"]["train"]["epochs"]))
 
     def drafter_priority(self, name: str, target: str) -> int:
-        """The scheduling priority of drafter ``name``'s training job: longest first. A variant
-        trained on all the data (the roles, the trajectory) gets its epochs, since it is the
-        longest job of the gap half's chain; a subset arm, a component arm, a table and an
-        import get 0 and fill the cores around it."""
+        """The scheduling priority of drafter ``name``'s training job: the gap half's chain
+        first, longest first. A variant trained on all the data (the roles, the trajectory)
+        gets its epochs; a table fitted on all of it 1 (short, but the drafters' evaluation
+        waits on it); a subset arm, a component arm and an import get 0 and fill the cores."""
         entry = self.variant_entry(name, target)
+        if name in self.reference_lookups:
+            return 1
         variants = self.settings(target)["drafters"]["variants"]
         if is_checkpoint(entry) or name not in variants or "blocks" in entry:
             return 0
