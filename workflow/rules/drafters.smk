@@ -37,8 +37,8 @@ rule drafters:
         data=lambda w, input: f"--data {input.data}" if input.data else "",
     log:
         f"{LOGS}/drafters/{{target}}/{{variant}}.log",
-    # longest first (the variants on all the data), so the gap half's chain does not wait on a
-    # long job started last
+    # the gap half's chain first (the variants on all the data, longest first, then the tables
+    # fitted on all of it), so it does not wait on a long job started last
     priority: lambda w: W.drafter_priority(w.variant, w.target)
     threads: 1
     resources:
