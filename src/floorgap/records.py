@@ -104,6 +104,13 @@ def dataclass_rows(rows: Sequence[Any]) -> pd.DataFrame:
     return pd.DataFrame([asdict(r) for r in rows], columns=cols)
 
 
+def best_epoch(epochs: Sequence[Mapping[str, Any]]) -> int | None:
+    """The kept epoch of a training log's epoch records: the 1-based epoch with the lowest
+    held-out score (the first on ties); None when no epoch was scored."""
+    scored = [(float(r["heldout"]["score"]), int(r["epoch"])) for r in epochs if "heldout" in r]
+    return min(scored)[1] if scored else None
+
+
 def sha256_file(path: str | os.PathLike[str]) -> str:
     """Hex SHA-256 of a file's bytes."""
     h = hashlib.sha256()

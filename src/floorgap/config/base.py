@@ -338,9 +338,9 @@ class SpecCore:
         first, longest first. A variant trained on all the data (the roles, the trajectory)
         gets its epochs; a table fitted on all of it 1 (short, but the drafters' evaluation
         waits on it); a subset arm, a component arm and an import get 0 and fill the cores."""
-        entry = self.variant_entry(name, target)
         if name in self.reference_lookups:
             return 1
+        entry = self.variant_entry(name, target)
         variants = self.settings(target)["drafters"]["variants"]
         if is_checkpoint(entry) or name not in variants or "blocks" in entry:
             return 0

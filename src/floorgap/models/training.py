@@ -69,7 +69,7 @@ from floorgap.models.checkpoints import (
 )
 from floorgap.models.drafters import TopKTargets
 from floorgap.models.targets import mixed_precision
-from floorgap.records import atomic_path
+from floorgap.records import atomic_path, best_epoch
 from floorgap.seeds import derive_seed
 
 __all__ = [
@@ -586,13 +586,6 @@ def _train_epoch(run: _Run, epoch: int) -> None:
             run.bar.update(1)
             run.bar.set_postfix(epoch=epoch + 1, loss=f"{float(loss.detach()):.4f}")
     _finish_epoch(run, epoch, totals, len(batches), t0)
-
-
-def best_epoch(epochs: Sequence[Mapping[str, Any]]) -> int | None:
-    """The 1-based epoch with the lowest held-out score (the first on ties); None when no
-    epoch was scored."""
-    scored = [(float(r["heldout"]["score"]), int(r["epoch"])) for r in epochs if "heldout" in r]
-    return min(scored)[1] if scored else None
 
 
 def _patience_spent(epochs: Sequence[Mapping[str, Any]], patience: int | None) -> bool:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from floorgap.records import best_epoch
 from floorgap.reports.common import (
     fmt,
     fmt_signed,
@@ -82,7 +83,7 @@ def _drafter_row(inputs: Mapping[str, Path], spec: Mapping[str, Any], drafter: s
     entry = spec["budget"][drafter]
     log = _training_log(inputs, drafter)
     trained = int(spec["train_epochs"][drafter])
-    held = [r["heldout"] for r in log if "heldout" in r]
+    kept = best_epoch(log)
     return {"drafter": drafter, "epoch": epoch if epoch is not None else trained,
             "weights": "epoch" if epoch is not None else "kept", "kind": entry["kind"],
             "layers": int(entry["layers"]), "objective": entry.get("objective", "ce"),
@@ -91,8 +92,8 @@ def _drafter_row(inputs: Mapping[str, Path], spec: Mapping[str, Any], drafter: s
             "blocks": int(log[-1]["examples"]), "epochs": trained,
             "steps": int(sum(r.get("steps", 0) for r in log)),
             # the log's held-out sequences at the kept (best held-out) epoch, slot 0
-            "heldout_R_0": (min(held, key=lambda h: h["score"])["tv_by_slot"][0] if held
-                            else math.nan)}
+            "heldout_R_0": next((r["heldout"]["tv_by_slot"][0] for r in log
+                                 if "heldout" in r and int(r["epoch"]) == kept), math.nan)}
 
 
 def study_runs(inputs: Mapping[str, Path], spec: Mapping[str, Any]) -> pd.DataFrame:
@@ -233,7 +234,7 @@ def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
     intercept, slope = _fit_per_decade(base["blocks"], base["R_0"]) if len(base) else \
         (math.nan, math.nan)
     need = 10 ** ((TARGET_RISK_FIRST - intercept) / slope) if slope < 0 else math.inf
-    best_epoch = (epochs.sort_values("R_0").iloc[0] if not epochs.empty else best)
+    best_row = (epochs.sort_values("R_0").iloc[0] if not epochs.empty else best)
     return {
         macro_name("budget", "drop", "first"): fmt(-slope, 3),  # per tenfold more blocks
         macro_name("budget", "change", "first"): fmt_signed(slope, 3),
@@ -242,7 +243,7 @@ def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
                                                    else "no finite number of"),
         macro_name("budget", "fixed", "steps"): str(int(base["steps"].median()))
         if len(base) else "0",
-        macro_name("budget", "best", "epoch"): str(int(best_epoch["epoch"])),
+        macro_name("budget", "best", "epoch"): str(int(best_row["epoch"])),
         macro_name("budget", "epochs", "studied"): str(int(epochs["epoch"].max()))
         if len(epochs) else "0",
         macro_name("budget", "best", "risk", "first"): fmt(best["R_0"], 2),
