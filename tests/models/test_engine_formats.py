@@ -106,22 +106,23 @@ def test_round_trip_is_bitwise(target, batch, tmp_path, kind, fmt, extra):
     assert_same_drafter(drafter, back.eval(), batch)
 
 
-@pytest.mark.parametrize("fmt", ["dflash", "speculators"])
+@pytest.mark.parametrize("kind,fmt", [("dflash", "dflash"), ("dflash", "speculators"),
+                                      ("dspark", "dspark"), ("dspark", "speculators")])
 def test_a_scaled_drafter_exports_as_the_same_function_with_the_scale_folded(target, batch,
-                                                                            tmp_path, fmt):
+                                                                            tmp_path, kind, fmt):
     """Engines feed the block rows unscaled: the layout holds the branch outputs divided by s
     and the norms' epsilon by s^2, which proposes what the scaled drafter does; the floorgap
     layout keeps the scale itself, bitwise."""
     feats, mask, committed, preds = batch
     s = 271.0
-    drafter = make("dflash", target, input_scale=s, mask_embedding=True)
+    drafter = make(kind, target, input_scale=s, mask_embedding=True)
     back = import_drafter(export_drafter(drafter, tmp_path / "ckpt", fmt), target).eval()
     assert back.cfg.input_scale == 1.0
     assert back.cfg.rms_eps == pytest.approx(drafter.cfg.rms_eps / s ** 2)
     want = drafter.propose(feats, committed, preds, mask)
     torch.testing.assert_close(back.propose(feats, committed, preds, mask), want,
                                rtol=1e-4, atol=1e-4)
-    unfolded = make("dflash", target, mask_embedding=True)     # the same weights, rows unscaled
+    unfolded = make(kind, target, mask_embedding=True)     # the same weights, rows unscaled
     assert (unfolded.propose(feats, committed, preds, mask) - want).abs().max() > 0.1
     kept = import_drafter(export_drafter(drafter, tmp_path / "own", "floorgap"), target).eval()
     assert kept.cfg.input_scale == s
