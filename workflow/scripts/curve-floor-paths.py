@@ -6,9 +6,9 @@ DEFAULT_RUN is a checkout whose default DAG has run (its anchors and stored targ
 STUDY_RUN one whose data-curve study has run (its arms' weights). Every size's DFlash and ours
 arms and the two bigram tables fitted on the same subset are evaluated on the default's paths by
 `floorgap drafter_eval` (the study job's spec, one job per domain and shard, all drafters
-together), then summarised as `floorgap gaps` summarises (Hajek weights, the prompt bootstrap),
-each arm paired with the table of its order. Prints the README's table; the records and the
-long summary go to --out.
+together), then summarised by `floorgap gaps` (the config's analysis settings: Hajek weights,
+the prompt bootstrap and its seed), each arm paired with the table of its order. Prints the
+README's table; the records, the summary and the stages' logs go to --out.
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from pathlib import Path
 import yaml
 from snakemake.utils import validate
 
-from floorgap.analysis.gaps import load_records, summarise
+import pandas as pd
+
 from floorgap.config import resolve
 
 SIZES = (12600, 25000, 50000, 100000, 200000)
-#: (drafter, table, statistic): DFlash against the committed-token bigram on R, ours against
-#: the predecessor bigram on R^oracle (order 1)
+#: (drafter, table, paired difference, risk): DFlash against the committed-token bigram on R,
+#: ours against the predecessor bigram on R^oracle (order 1)
 PAIRS = (("curve-dflash-scaled-{n}", "curve-bigram-committed-{n}", "diff_R", "R"),
          ("curve-ours-scaled-{n}", "curve-bigram-{n}", "diff_R_oracle", "R_oracle"))
 
@@ -69,14 +70,17 @@ def main() -> None:
                  "--out-paths", *(str(d / f"paths-{shard}.parquet") for d in rec),
                  "--out-slots", *(str(d / f"slots-{shard}.parquet") for d in rec),
                  "--log", str(out / f"drafter_eval-{domain}-{shard}.log")], check=True)
-    records = load_records(res / "floors" / "anchor_slot.parquet",
-                           sorted(out.glob("*/final/*/paths-*.parquet")),
-                           sorted(out.glob("*/final/*/slots-*.parquet")))
-    analysis = spec_of.config["analysis"]
-    contrasts = [(a.format(n=n), t.format(n=n)) for n in args.sizes for a, t, _, _ in PAIRS]
-    summary = summarise(records, n_boot=int(analysis["bootstrap"]), level=float(analysis["level"]),
-                        contrasts=contrasts, sweeps=False)
-    summary.to_csv(out / "summary.csv", index=False)
+    contrasts = [[a.format(n=n), t.format(n=n)] for n in args.sizes for a, t, _, _ in PAIRS]
+    gaps = spec_of.analysis_spec(contrasts=contrasts, sweeps=False,
+                                 lookups=[t for _, t in contrasts])
+    subprocess.run(
+        [floorgap, "gaps", "--spec", json.dumps(gaps),
+         "--anchor-slot", str(res / "floors" / "anchor_slot.parquet"),
+         "--paths", *map(str, sorted(out.glob("*/final/*/paths-*.parquet"))),
+         "--slots", *map(str, sorted(out.glob("*/final/*/slots-*.parquet"))),
+         "--out-summary", str(out / "summary.parquet"), "--log", str(out / "gaps.log")],
+        check=True)
+    summary = pd.read_parquet(out / "summary.parquet")
     every = summary[summary["domain"] == "all"]
 
     def cell(stat: str, variant: str, slot: int):
