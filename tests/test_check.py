@@ -257,6 +257,42 @@ def test_the_engine_verdict_follows_the_served_tests(summaries, check, needle, f
     assert "| T | rounds | tau served |" in md and "| 1 | 50 | 1.500 | [1.300, 1.700] |" in md
 
 
+def _reading(z1=0.3, records_accepted=25):
+    engine = {"drafts": 50, "draft_tokens": 150, "accepted": 25, "accepted_per_pos": [15, 7, 3]}
+    records = {**engine, "accepted": records_accepted}
+    return {1.0: {"engine": engine, "records": records,
+                  "differs": [] if records == engine else ["accepted"],
+                  "slots": [{"slot": 0, "trials": 50, "observed": 15, "expected": 14.2, "z": 0.3},
+                            {"slot": 1, "trials": 15, "observed": 7, "expected": 6.1, "z": z1},
+                            {"slot": 2, "trials": 7, "observed": 3, "expected": 3.4, "z": -0.2}]}}
+
+
+@pytest.mark.parametrize(("reading", "needle", "flag"), [
+    (_reading(), "the engine's counters agree with the replay at every slot: mine in vllm, "
+                 "accepted/reached by slot at T = 1: 15/50 (predicted 14.2, z +0.30), 7/15 "
+                 "(predicted 6.1, z +0.30), 3/7 (predicted 3.4, z -0.20) (|z| at most 4); they "
+                 "equal the per-request records (50 rounds, 25 accepted drafts at T = 1)", False),
+    (_reading(z1=-6.0), "the engine's counters disagree with the replay at slots 1: ", True),
+    (_reading(records_accepted=24), "fault of the reading: mine in vllm: at T = 1 the engine "
+                                    "counted accepted 25 and the per-request records sum to "
+                                    "accepted 24 (they count the same rounds and must be equal)",
+     True),
+    ({}, "mine: the engine's own counters were not read (vllm keeps no speculative-decoding "
+         "counters, or serving.engine_counters is false)", False),
+])
+def test_the_counters_verdict_sets_the_engine_count_beside_records_and_replay(
+        summaries, reading, needle, flag) -> None:
+    from dataclasses import replace
+
+    from floorgap.reports.check import build_check
+
+    spec = {**check_spec(drafters=("mine",), pairs=()), "served": ["mine"], "engine": "vllm"}
+    report = build_check(*summaries, spec, served={"mine": replace(served(),
+                                                                    engine_reading=reading)})
+    verdict = report.drafters[0].verdicts[2]
+    assert verdict.kind == "counters" and needle in verdict.text and verdict.flag == flag
+
+
 def test_an_engine_without_rounds_cannot_tell(summaries) -> None:
     from floorgap.reports.check import ServedCheck, build_check
     from floorgap.reports.check_page import to_html, to_markdown
@@ -442,6 +478,27 @@ def test_the_stage_reads_the_replayed_rounds_of_the_served_folders(summaries, tm
     assert "other in sglang: the engine reports no per-round counts" in md
     # a served folder without its record is refused by name
     assert run_stage(main, build_parser(), [*args, "--replay", str(mine)]) == 2
+    # with its serving records, what the engine counted itself: every round accepted 1 draft
+    requests = pd.DataFrame([{"system": "mine", "task": task, "row_id": f"{task}:0",
+                              "temperature": temp, "verify_steps": 3, "draft_tokens": 9,
+                              "accepted_drafts": 3, "step_accepted": [1, 1, 1]}
+                             for task in ("a", "b") for temp in (0.0, 1.0)])
+    counts = {"drafts": 6, "draft_tokens": 18, "accepted": 6, "accepted_per_pos": [6, 0, 0]}
+    runs = pd.DataFrame([{"system": "mine", "task": "a", "temperature": temp, "wall_s": 1.0,
+                          "engine_counts": counts} for temp in (0.0, 1.0)])
+    write_table(tmp_path / "requests.parquet", requests, {"system": "mine"})
+    write_table(tmp_path / "runs.parquet", runs, {"system": "mine"})
+    write_table(mine, pd.DataFrame([asdict(r) for r in rounds]),
+                {"system": "mine", "engine": "vllm", "replayed_with": "/w/final.pt", "gamma": 3})
+    served = ["--served", str(tmp_path / "requests.parquet"), str(tmp_path / "runs.parquet")]
+    assert run_stage(main, build_parser(), [*args, "--replay", str(mine), str(other),
+                                            *served]) == 0
+    md = (out / "summary.md").read_text()
+    # TV 0.5 at every slot: the 6 rounds at T = 1 reach slot 0 and accept it (3 predicted),
+    # reach slot 1 and reject it
+    assert "accepted/reached by slot at T = 1: 6/6 (predicted 3.0, z +2.45), 0/6 (predicted " \
+           "3.0, z -2.45), 0/0 (predicted 0.0, z +0.00)" in md
+    assert "equal the per-request records (6 rounds, 6 accepted drafts at T = 0; 6 rounds" in md
 
 
 # ------------------------------------------------------------------ floorgap check

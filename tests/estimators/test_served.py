@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from floorgap.estimators.served import (
+    slot_acceptance_tests,
     acceptance_test,
     accepted_length_by_task,
     group_cells,
@@ -194,3 +195,28 @@ def test_lossless_z_is_standard_for_target_draws_and_flags_biased_ones() -> None
     assert z(q) < -10
     # a NaN round (temperature 0) is skipped
     assert lossless_z(torch.tensor([float("nan"), 1.0]), torch.tensor([float("nan"), 4.0])) == 0.5
+
+
+def test_slot_tests_count_each_slot_and_add_up_to_the_acceptance_test() -> None:
+    tv = torch.tensor([[0.5, 0.5, 0.5], [0.1, 0.2, 0.3], [0.0, 0.0, 0.0]], dtype=torch.float64)
+    accepted = torch.tensor([0, 2, 3])
+    slots = slot_acceptance_tests(accepted, tv)
+    # slot 0 reached by all three rounds (2 accepted), slot 1 by two, slot 2 by two
+    assert [s.trials for s in slots] == [3, 2, 2] and [s.observed for s in slots] == [2, 2, 1]
+    assert abs(slots[1].expected - (0.8 + 1.0)) < 1e-12
+    whole = acceptance_test(accepted, tv)
+    assert sum(s.trials for s in slots) == whole.trials
+    for field in ("observed", "expected", "variance"):
+        assert abs(sum(getattr(s, field) for s in slots) - getattr(whole, field)) < 1e-12
+
+
+def test_slot_tests_hold_for_speculative_sampling_and_see_a_shifted_count() -> None:
+    """Simulated chains: the per-slot counts agree with the trial probabilities (|z| < 4 at
+    every slot); counts read one slot over (slot k's count reported at k - 1, as an engine that
+    accepts at slot k what the weights predict for k + 1) are far off at some slot."""
+    accepted, tv, _, _ = _speculative_rounds(4000, gamma=4, vocab=6, seed=5)
+    slots = slot_acceptance_tests(accepted, tv)
+    assert all(abs(s.z) < 4 for s in slots)
+    counts = torch.tensor([s.observed for s in slots])
+    shifted = torch.cat([counts[1:], counts[:1] * 0])
+    assert max(abs(s.z) for s in slot_acceptance_tests(accepted, tv, shifted)) > 4

@@ -176,8 +176,10 @@ def test_dflash_layout(target, tmp_path):
     folder = export_drafter(make("dflash", target), tmp_path / "d", "dflash",
                             num_target_layers=2, max_position_embeddings=2048)
     config, shapes, dtypes = written(folder)
+    # the layout declared (1+N: row 0 the anchor), so an engine or check need not assume it
     assert config == {"architectures": ["DFlashDraftModel"], **QWEN3, "block_size": G + 1,
-                      "target_hidden_size": H, "dflash_config": dflash_config(G + 1)}
+                      "target_hidden_size": H, "dflash_config": dflash_config(G + 1),
+                      "sample_from_anchor": False}
     assert shapes == backbone_shapes() and dtypes == {"F32"}
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
 

@@ -77,6 +77,32 @@ def test_zlab_dflash_imports_without_target_hidden_size(target, tmp_path):
     assert _proposals(drafter, target).shape == (2, 7, V)
 
 
+def test_inspect_names_the_declared_layout_and_the_one_each_engine_runs(target, tmp_path):
+    """z-lab's folder declares no layout (read as 1+N by convention); the same folder declaring
+    anchor-first (floorgap's key, or SGLang's proposed one) is read so, and both engines' DFlash
+    would run it 1+N: a mismatch named before anything is served. Two keys that disagree are
+    refused by name."""
+    folder = zlab_dflash_folder(tmp_path / "z", target, TAPS, block_size=8, mask_token_id=MASK)
+    facts = describe_folder(folder)
+    assert (facts["block_layout"], facts["layout_field"]) == ("1+N", None)
+    assert facts["engine_layouts"] == {"vllm": "1+N", "sglang": "1+N"}
+    assert facts["layout_mismatch"] == []
+    config = json.loads((folder / "config.json").read_text())
+    for key, where in (("sample_from_anchor", config),
+                       ("query_zero_predicts_next", config["dflash_config"])):
+        where[key] = True
+        (folder / "config.json").write_text(json.dumps(config))
+        facts = describe_folder(folder)
+        assert facts["block_layout"] == "anchor-first" and facts["gamma"] == 8
+        assert facts["layout_mismatch"] == ["sglang", "vllm"]
+        where.pop(key)
+    config["sample_from_anchor"] = False
+    config["dflash_config"]["query_zero_predicts_next"] = True
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="two block layouts: sample_from_anchor"):
+        describe_folder(folder)
+
+
 @pytest.mark.parametrize("anchor,gamma", [(True, 7), (False, 6)])
 def test_speculators_dspark_follows_its_sample_from_anchor(target, tmp_path, anchor, gamma):
     folder = speculators_folder(tmp_path / "s", target, TAPS, kind="dspark", block_size=7,

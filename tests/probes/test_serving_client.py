@@ -13,7 +13,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from floorgap.errors import StageError
-from floorgap.probes.serving import EngineSpec, ServingRow, serve_run, sglang_spec_counts
+from floorgap.probes.serving import (
+    EngineCounts,
+    EngineSpec,
+    ServingRow,
+    parse_vllm_counts,
+    read_engine_counts,
+    serve_run,
+    sglang_spec_counts,
+)
 
 
 def _chunks(completion: list[int], meta: dict) -> list[dict]:
@@ -172,3 +180,66 @@ def test_a_killed_serving_job_resumes_from_its_journal(sglang_server, tmp_path, 
     assert untimed(again) == untimed(clean)
     assert [(r.task, r.temperature) for r in runs] == [(r.task, r.temperature)
                                                        for r in clean_runs]
+
+
+# vLLM 0.32's /metrics page for a DFlash server (prometheus_client's exposition of its spec-decode
+# counters: a _total sample and a _created one each, engine and model labels; one series per
+# position for the per-position counter)
+VLLM_METRICS = """\
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="/t"} 12.0
+# HELP vllm:spec_decode_num_drafts_created Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_created gauge
+vllm:spec_decode_num_drafts_created{engine="0",model_name="/t"} 1.7e+09
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="/t"} 36.0
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="/t"} 9.0
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="/t",position="0"} 6.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="/t",position="1"} 2.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="/t",position="2"} 1.0
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="/t"} 0.0
+"""
+
+
+def test_vllm_counters_are_read_from_its_metrics_page() -> None:
+    counts = parse_vllm_counts(VLLM_METRICS, 3)
+    assert counts == EngineCounts(drafts=12, draft_tokens=36, accepted=9,
+                                  accepted_per_pos=(6, 2, 1))
+    # a second engine's series add up; a reading's difference is what happened in between
+    two = "\n".join(line + ("\n" + line.replace('engine="0"', 'engine="1"')
+                            if 'engine="0"' in line else "")
+                    for line in VLLM_METRICS.splitlines()) + "\n"
+    assert parse_vllm_counts(two, 3).accepted_per_pos == (12, 4, 2)
+    assert parse_vllm_counts(two, 3) - counts == counts
+
+
+@pytest.mark.parametrize(("drop", "needle"), [
+    ("per_pos", r"no vllm:spec_decode_num_accepted_tokens_per_pos_total\{position\}: this vLLM "
+                r"build counts no acceptance per position; .*serving.engine_counters: false"),
+    ("spec_decode", r"no vllm:spec_decode_num_drafts, .*--disable-log-stats"),
+])
+def test_missing_counters_are_named_with_how_to_turn_them_on(drop, needle) -> None:
+    page = "\n".join(line for line in VLLM_METRICS.splitlines() if drop not in line)
+    with pytest.raises(StageError, match=needle):
+        parse_vllm_counts(page, 3)
+
+
+def test_a_count_beyond_the_draft_length_is_refused() -> None:
+    with pytest.raises(StageError, match="position 2, outside the 2 drafted slots"):
+        parse_vllm_counts(VLLM_METRICS, 2)
+
+
+def test_an_engine_without_a_metrics_endpoint_is_named(sglang_server) -> None:
+    spec = EngineSpec(engine="vllm", python="/py", target_dir="/t", dtype="float32",
+                      device="cpu", kind="dflash", drafter_dir="/d", gamma=3,
+                      port=sglang_server)   # a server that answers no GET
+    with pytest.raises(StageError, match=r"/metrics does not answer .* metrics endpoint is off"):
+        read_engine_counts(spec, timeout=5)
+    sglang = EngineSpec(engine="sglang", python="/py", target_dir="/t", dtype="float32",
+                        device="cuda", kind="dflash", drafter_dir="/d", gamma=3)
+    with pytest.raises(StageError, match="sglang keeps no speculative-decoding counters"):
+        read_engine_counts(sglang)

@@ -1,7 +1,8 @@
 # Checks of a user's own drafters (the config's `check` section, written by `floorgap check`):
 # one page per check from the decompose group's gaps summary and the floors summary of its
-# target, the export fidelity of folders with a reference and the replayed rounds of the folders
-# it serves (the serving and serving_replay rules, a few rows per task). Wired only when the
+# target, the export fidelity of folders with a reference, and of the folders it serves the
+# serving records (with the engine's own counters) and their replayed rounds (the serving and
+# serving_replay rules, a few rows per task). Wired only when the
 # section names a check.
 
 if W.checks:
@@ -15,6 +16,7 @@ if W.checks:
             floors=lambda w: f"results/{W.check_target(w.name)}/floors/summary.parquet",
             fidelity=lambda w: W.fidelity_files(w.name),
             replay=lambda w: W.check_replay_files(w.name),
+            served=lambda w: W.check_serving_files(w.name),
         output:
             html="results/check/{name}/index.html",
             md="results/check/{name}/summary.md",

@@ -30,10 +30,12 @@ and concurrency (paired). The records must cover the same rows for every system 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -253,14 +255,81 @@ def first_divergent_round(rounds: pd.DataFrame) -> dict[str, Any] | None:
     return None
 
 
+#: The engine's counters (probes.serving.EngineCounts) and the request columns they count.
+COUNTED = {"drafts": "verify_steps", "draft_tokens": "draft_tokens",
+           "accepted": "accepted_drafts"}
+
+
+def record_counts(requests: pd.DataFrame, gamma: int) -> dict[str, Any]:
+    """The per-request records' sums in the terms of the engine's counters: rounds, drafted and
+    accepted tokens, and per slot k the rounds whose slot k was accepted (J_r > k)."""
+    steps = [int(a) for s in requests["step_accepted"] for a in s]
+    out: dict[str, Any] = {k: int(requests[c].sum()) for k, c in COUNTED.items()}
+    out["accepted_per_pos"] = [sum(1 for a in steps if a > k) for k in range(gamma)]
+    return out
+
+
+def engine_counts(runs: pd.DataFrame) -> dict[float, dict[str, Any] | None]:
+    """The engine's own counts of every temperature, summed over its runs (None where a run
+    holds none: the counters were not read)."""
+    out: dict[float, dict[str, Any] | None] = {}
+    for temp, group in runs.groupby("temperature"):
+        counts = list(group["engine_counts"]) if "engine_counts" in group else [None]
+        if any(c is None or (isinstance(c, float) and math.isnan(c)) for c in counts):
+            out[float(temp)] = None
+            continue
+        total = {k: sum(int(c[k]) for c in counts) for k in COUNTED}
+        total["accepted_per_pos"] = [int(sum(v)) for v in zip(*[list(c["accepted_per_pos"])
+                                                                for c in counts])]
+        out[float(temp)] = total
+    return out
+
+
+def engine_reading(requests: pd.DataFrame, runs: pd.DataFrame, rounds: pd.DataFrame,
+                   gamma: int) -> dict[float, dict[str, Any]]:
+    """By temperature, what the engine counted itself beside the per-request records' sums
+    (``differs``: the counters where the two are not equal, a fault of the reading), and at
+    temperature > 0 the per-slot test of the engine-counted acceptances against the replay
+    (:func:`floorgap.estimators.served.slot_acceptance_tests` over the complete rounds: the
+    engine's count at slot k less that of the incomplete rounds, which the records hold)."""
+    from floorgap.estimators.served import slot_acceptance_tests
+
+    out: dict[float, dict[str, Any]] = {}
+    for temp, counted in engine_counts(runs).items():
+        records = record_counts(requests[requests["temperature"] == temp], gamma)
+        entry: dict[str, Any] = {"engine": counted, "records": records}
+        if counted is not None:
+            entry["differs"] = [k for k in records if list(np.atleast_1d(counted[k]))
+                                != list(np.atleast_1d(records[k]))]
+            here = rounds[rounds["temperature"] == temp]
+            complete = here["complete"].astype(bool)
+            done, cut_accepted = here[complete], here.loc[~complete, "accepted"].astype(int)
+            cut = [int((cut_accepted > k).sum()) for k in range(gamma)]
+            if temp > 0 and len(done):
+                observed = torch.tensor([float(e - c) for e, c in
+                                         zip(counted["accepted_per_pos"], cut)])
+                tests = slot_acceptance_tests(torch.tensor(done["accepted"].astype(int).tolist()),
+                                              _matrix(done["tv"]), observed)
+                entry["slots"] = [{"slot": k, "trials": t.trials, "observed": t.observed,
+                                   "expected": t.expected, "z": t.z}
+                                  for k, t in enumerate(tests)]
+        out[temp] = entry
+    return out
+
+
 def served_check(rounds: pd.DataFrame, *, tasks: Sequence[str], n_boot: int, level: float,
-                 seed: int) -> dict[str, Any]:
+                 seed: int, served: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+                 gamma: int | None = None) -> dict[str, Any]:
     """One checked drafter's served rounds against their replay (``floorgap check``): by
     temperature the served and the replay-predicted tau (task macro with its interval) and the
     rounds; the acceptance and lossless z at temperature > 0; the greedy agreement and the first
-    divergent round at temperature 0 (see :func:`summarise_replay`)."""
+    divergent round at temperature 0 (see :func:`summarise_replay`); with ``served`` (its
+    request and run records) and ``gamma``, what the engine counted itself
+    (:func:`engine_reading`, under ``engine_reading``)."""
     table = summarise_replay(rounds, n_boot=n_boot, level=level, seed=seed, tasks=tasks)
     out: dict[str, Any] = {"by_temperature": {}, "first_divergent": first_divergent_round(rounds)}
+    if served is not None:
+        out["engine_reading"] = engine_reading(*served, rounds, int(gamma or 0))
     for temp in sorted(set(table["temperature"].astype(float))):
         rows = table[table["temperature"] == temp]
 

@@ -147,6 +147,13 @@ class CheckSpecs(SpecCore):
         return [f"results/{target}/serving_replay/{d}/rounds.parquet"
                 for d in self.check_served(name)]
 
+    def check_serving_files(self, name: str) -> list[str]:
+        """The serving records (requests, then runs with the engine's own counts) of the
+        folders check ``name`` serves, in its drafters' order."""
+        target = self.check_target(name)
+        return [f"results/{target}/serving/{d}/{kind}.parquet" for d in self.check_served(name)
+                for kind in ("requests", "runs")]
+
     def check_files(self) -> list[str]:
         """The check_report stage's outputs of every check of the config."""
         return [path for name in self.checks for path in check_paths(name)]

@@ -52,6 +52,7 @@ from .aggregate import DEFAULT_BOOT_SEED, DEFAULT_N_BOOT, cluster_resample, perc
 
 __all__ = ["AcceptanceTest", "ServedEstimate", "acceptance_test", "accepted_length_by_task",
            "group_cells", "lossless_z", "round_accepted_length", "run_time_shares", "served_macro",
+           "slot_acceptance_tests",
            "speedup_by_task", "task_row_counts"]
 
 
@@ -347,6 +348,52 @@ def acceptance_test(accepted: Tensor, tv: Tensor) -> AcceptanceTest:
     return AcceptanceTest(trials=int(trial.sum()), observed=float(acc.sum()),
                           expected=float(alpha.sum()),
                           variance=float((alpha * (1 - alpha)).sum()))
+
+
+def slot_acceptance_tests(accepted: Tensor, tv: Tensor, observed: Tensor | None = None
+                          ) -> list[AcceptanceTest]:
+    """:func:`acceptance_test` slot by slot: slot k of round r is a trial when the round
+    reached it (J_r >= k), a success when it was accepted (J_r > k), with probability
+    alpha_{r,k} = 1 - TV(p_k, q_k). Summed over the slots, the trials, successes, expectations
+    and variances are :func:`acceptance_test`'s.
+
+    It sets an engine's count of accepted drafts per position (vLLM's
+    ``num_accepted_tokens_per_pos``) against the offline prediction of the same rounds.
+
+    Parameters
+    ----------
+    accepted : Tensor
+        ``[rounds]`` integer accepted drafts J_r, each in [0, gamma]: which rounds reached
+        which slot.
+    tv : Tensor
+        ``[rounds, gamma]`` TV(p_k, q_k) along the accepted prefix (NaN after the last trial).
+    observed : Tensor, optional
+        ``[gamma]`` successes per slot as counted elsewhere (the engine's counters); default
+        the rounds' own count #{r: J_r > k}.
+
+    Returns
+    -------
+    list[AcceptanceTest]
+        One per slot: its trials, observed and expected successes and variance (``z``).
+    """
+    acc = accepted.long()
+    if tv.dim() != 2 or acc.shape != tv.shape[:1]:
+        raise ValueError("accepted must be [rounds] and tv [rounds, gamma]")
+    gamma = tv.shape[-1]
+    counted = torch.stack([(acc > k).sum() for k in range(gamma)]).double()
+    seen = counted if observed is None else observed.double()
+    if seen.shape != (gamma,):
+        raise ValueError(f"observed must be [gamma] = [{gamma}]")
+    out = []
+    for k in range(gamma):
+        reached = acc >= k
+        alpha = (1.0 - tv[reached, k].double()).clamp(0.0, 1.0)
+        if torch.isnan(alpha).any():
+            raise ValueError(f"a trial's TV at slot {k} is missing (NaN)")
+        out.append(AcceptanceTest(trials=int(reached.sum()), observed=float(seen[k]),
+                                  expected=float(alpha.sum()),
+                                  variance=float((alpha * (1 - alpha)).sum())))
+    return out
 
 
 def lossless_z(score: Tensor, variance: Tensor) -> float:

@@ -81,11 +81,15 @@ __all__ = [
     "FORMATS",
     "INDEX_FILE",
     "WEIGHTS_FILE",
+    "BLOCK_LAYOUTS",
+    "ENGINE_LAYOUTS",
+    "declared_layout",
     "describe_folder",
     "detect_format",
     "export_drafter",
     "file_tensor_name",
     "import_drafter",
+    "layout_reading",
     "read_engine_config",
     "resolve_checkpoint",
 ]
@@ -258,9 +262,11 @@ def _export_config(cfg: DrafterConfig, fmt: str, dtype: torch.dtype, depth: int,
     }
     if cfg.kind == "dspark":
         config.update(_markov_keys(cfg))
+    # the block layout, declared: engines that read it run the rows as trained, and
+    # `floorgap check` refuses a DFlash folder that does not say
+    config["sample_from_anchor"] = cfg.sample_from_anchor
     if cfg.kind != "dflash":
-        config.update(mask_token_id=cfg.mask_token_id, sample_from_anchor=True,
-                      enable_confidence_head=True)
+        config.update(mask_token_id=cfg.mask_token_id, enable_confidence_head=True)
     if cfg.draft_vocab is not None:
         config["draft_vocab_size"] = cfg.draft_vocab_size
     if fmt == "floorgap":
@@ -452,14 +458,46 @@ def _markov_fields(config: Mapping[str, Any], where: str) -> dict[str, Any]:
     return {"markov_rank": int(_need(config, "markov_rank", where))}
 
 
+#: The block layouts: 1+N (row 0 holds the anchor and proposes nothing, row k + 1 proposes
+#: slot k; z-lab's DFlash) and anchor-first (row k proposes slot k; DeepSpec's, DSpark).
+BLOCK_LAYOUTS = {False: "1+N", True: "anchor-first"}
+#: Where folders declare their layout: floorgap's and llama.cpp's ``sample_from_anchor`` (top
+#: level or in ``dflash_config``), SGLang's proposed ``dflash_config.query_zero_predicts_next``.
+LAYOUT_FIELDS = ("sample_from_anchor", "dflash_config.sample_from_anchor",
+                 "dflash_config.query_zero_predicts_next")
+#: The layout each engine runs a folder of each served format with, whatever the folder
+#: declares: vLLM 0.32's DFlash drafts from 1 + num_speculative_tokens query rows (bonus token
+#: and masks) and reads no layout field; its DSpark and SGLang 0.5's DSPARK start at the anchor;
+#: SGLang 0.5's DFLASH runs 1+N (a field to honour the declaration is an open proposal).
+ENGINE_LAYOUTS = {"vllm": {"dflash": "1+N", "dspark": "anchor-first"},
+                  "sglang": {"dflash": "1+N", "dspark": "anchor-first"}}
+
+
+def declared_layout(config: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(layout, field) a folder's ``config.json`` declares (:data:`LAYOUT_FIELDS`), or None
+    when it declares none. Two fields that disagree are a ValueError naming both."""
+    found = {}
+    for name in LAYOUT_FIELDS:
+        section, _, key = name.rpartition(".")
+        value = (config.get(section) or {}).get(key) if section else config.get(key)
+        if value is not None:
+            found[name] = BLOCK_LAYOUTS[bool(value)]
+    if len(set(found.values())) > 1:
+        raise ValueError("config.json declares two block layouts: "
+                         + ", ".join(f"{k} ({v})" for k, v in found.items())
+                         + "; keep the one the drafter was trained with")
+    return next(((v, k) for k, v in found.items()), None)
+
+
 def _block_fields(out: dict[str, Any], config: Mapping[str, Any], kind: str, block: int,
                   taps: list[int], mask: Any, where: str, anchor: bool | None) -> dict[str, Any]:
     """``out`` (the layer fields) completed with what every engine layout states about the
     block: kind, gamma and row convention, taps, target width, mask token and the DSpark
     Markov fields. ``anchor`` is the layout's row convention when the folder does not state
     ``sample_from_anchor``; None: the folder must state it."""
-    if config.get("sample_from_anchor") is not None:
-        anchor = bool(config["sample_from_anchor"])
+    declared = declared_layout(config)
+    if declared is not None:
+        anchor = declared[0] == BLOCK_LAYOUTS[True]
     if anchor is None:
         raise ValueError(f"{where}: config.json has no sample_from_anchor, and {kind} folders "
                          "of this layout exist with either block convention (anchor rows, or "
@@ -580,7 +618,20 @@ def describe_folder(folder: str | os.PathLike[str]) -> dict[str, Any]:
         "mask_token_id": cfg.mask_token_id,
         "mask_embedding": (folder / MASK_EMBEDDING_FILE).is_file(),
         "markov_rank": cfg.markov_rank if cfg.kind == "dspark" else None,
+        **layout_reading(config, fmt, BLOCK_LAYOUTS[cfg.sample_from_anchor]),
     }
+
+
+def layout_reading(config: Mapping[str, Any], fmt: str, layout: str) -> dict[str, Any]:
+    """How the folder's block layout is read: ``block_layout`` (the import's), the field that
+    declares it (``layout_field``, None: the import assumed its layout's convention), and for
+    a format the engines serve, the layout each engine runs it with (``engine_layouts``) and
+    the engines that run it otherwise than it is read (``layout_mismatch``)."""
+    declared = declared_layout(config)
+    engines = {e: m[fmt] for e, m in ENGINE_LAYOUTS.items() if fmt in m}
+    return {"block_layout": layout, "layout_field": declared[1] if declared else None,
+            "engine_layouts": engines,
+            "layout_mismatch": sorted(e for e, x in engines.items() if x != layout)}
 
 
 # --------------------------------------------------------------------------------------------

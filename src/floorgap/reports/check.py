@@ -119,6 +119,9 @@ class ServedCheck:
     first_divergent: Mapping[str, Any] | None = None
     #: why there is no replayed round (an engine that reports per-request totals only)
     note: str = ""
+    #: by temperature, the engine's own counters beside the per-request records and the
+    #: per-slot test (:func:`floorgap.analysis.serving.engine_reading`); empty: not read
+    engine_reading: Mapping[float, Mapping[str, Any]] = field(default_factory=dict)
 
     def at(self, hot: bool) -> tuple[float, Mapping[str, Any]] | None:
         """(temperature, statistics) of the first temperature above 0 (``hot``) or at 0."""
@@ -310,6 +313,48 @@ def engine_verdict(name: str, served: ServedCheck | None, why_not: str) -> Verdi
                    f"{'; '.join(taus)}", flag=True)
 
 
+def counters_verdict(name: str, served: ServedCheck | None) -> Verdict | None:
+    """What the engine counted itself (vLLM's /metrics counters over the served runs) against
+    the per-request records, which must be equal (else a fault of the reading, named), and at
+    T > 0 per slot the engine-counted acceptances against the replay's prediction (|z| at most
+    :data:`SERVED_Z`). None for a folder that was not served."""
+    if served is None:
+        return None
+    reading = {t: r for t, r in served.engine_reading.items() if r.get("engine") is not None}
+    if not reading:
+        return Verdict("counters", f"{name}: the engine's own counters were not read "
+                       f"({served.engine} keeps no speculative-decoding counters, or "
+                       "serving.engine_counters is false), so only its per-request counts "
+                       "stand beside the replay")
+    wrong = [f"at T = {t:g} the engine counted {_counted(r['engine'], k)} and the per-request "
+             f"records sum to {_counted(r['records'], k)}"
+             for t, r in sorted(reading.items()) for k in r.get("differs", [])]
+    if wrong:
+        return Verdict("counters", f"fault of the reading: {name} in {served.engine}: "
+                       f"{'; '.join(wrong)} (they count the same rounds and must be equal)",
+                       flag=True)
+    totals = "; ".join(f"{r['engine']['drafts']} rounds, {r['engine']['accepted']} accepted "
+                       f"drafts at T = {t:g}" for t, r in sorted(reading.items()))
+    slots = [(t, r["slots"]) for t, r in sorted(reading.items()) if r.get("slots")]
+    if not slots:
+        return Verdict("counters", f"{name}: the engine's counters equal the per-request "
+                       f"records ({totals})")
+    temp, tests = slots[0]
+    far = [x["slot"] for x in tests if not abs(x["z"]) <= SERVED_Z]
+    per = ", ".join(f"{int(x['observed'])}/{x['trials']} (predicted {x['expected']:.1f}, "
+                    f"z {x['z']:+.2f})" for x in tests)
+    head = (f"the engine's counters disagree with the replay at slots {_slots(far)}"
+            if far else "the engine's counters agree with the replay at every slot")
+    return Verdict("counters", f"{head}: {name} in {served.engine}, accepted/reached by slot at "
+                   f"T = {temp:g}: {per} (|z| at most {SERVED_Z:g}); they equal the "
+                   f"per-request records ({totals})", flag=bool(far))
+
+
+def _counted(counts: Mapping[str, Any], key: str) -> str:
+    value = counts[key]
+    return f"{key} {list(value) if key == 'accepted_per_pos' else value}"
+
+
 def informative(served: ServedCheck) -> bool:
     """Whether the served rounds accept enough drafts to show a fault (:data:`MIN_DRAFTS`,
     :data:`MIN_ACTIVE_ROUNDS`)."""
@@ -331,6 +376,8 @@ def drafter_check(gaps: GapSummary, d: Decomposition,
                          for k in range(d.gamma)])
     verdicts = [export_verdict(d.drafter, fidelity),
                 engine_verdict(d.drafter, served, why_not_served)]
+    counted = counters_verdict(d.drafter, served)
+    verdicts += [counted] if counted is not None else []
     verdicts += [Verdict("under-trained", v.sentence(), flag=bool(v.loses)) for v in d.verdicts]
     verdicts += [floor_verdict(d), order_verdict(d), fix_first_verdict(d.drafter, gain)]
     return DrafterCheck(d, gain, verdicts, served)

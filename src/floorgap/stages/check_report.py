@@ -1,6 +1,6 @@
 """``floorgap check_report --spec JSON --gaps DECOMPOSE.parquet --floors SUMMARY.parquet
-[--fidelity F.json ...] [--replay ROUNDS.parquet ...] --out-html index.html --out-md summary.md
-[--log LOG]``
+[--fidelity F.json ...] [--replay ROUNDS.parquet ...] [--served REQUESTS RUNS ...]
+--out-html index.html --out-md summary.md [--log LOG]``
 
 One check of the config's ``check`` section (see :mod:`floorgap.reports.check`): for the
 drafters it names (decompose drafters of one target), their floor and model gap by slot beside
@@ -34,12 +34,33 @@ def build_parser() -> argparse.ArgumentParser:
                         help="export_fidelity records of the drafters with a reference")
     parser.add_argument("--replay", type=Path, nargs="*", default=[],
                         help="serving_replay records of the drafters the check serves")
+    parser.add_argument("--served", type=Path, nargs="*", default=[],
+                        help="their serving records: requests.parquet and runs.parquet (the "
+                             "engine's own counts) of each")
     return parser
 
 
-def served_checks(paths: list[Path], spec: dict, logger: logging.Logger) -> dict:
+def served_records(paths: list[Path]) -> dict:
+    """(requests, runs) of each served system, from the serving stage's records (paired by the
+    system their metadata names)."""
+    from floorgap.records import read_metadata, read_table
+
+    found: dict = {}
+    for path in paths:
+        kind = "runs" if "wall_s" in read_table(path).columns else "requests"
+        found.setdefault(str(read_metadata(path)["system"]), {})[kind] = read_table(path)
+    broken = sorted(n for n, f in found.items() if set(f) != {"requests", "runs"})
+    if broken:
+        raise StageError(f"--served: {broken} lack their requests or runs record; give both "
+                         "serving records of each served drafter")
+    return {n: (f["requests"], f["runs"]) for n, f in found.items()}
+
+
+def served_checks(paths: list[Path], spec: dict, logger: logging.Logger,
+                  records: dict | None = None) -> dict:
     """The served check of each drafter from its serving_replay record (rounds replayed with
-    its reference, or floorgap's import of its folder)."""
+    its reference, or floorgap's import of its folder) and, in ``records``, its serving records
+    (:func:`served_records`: what the engine counted itself)."""
     from floorgap.analysis.serving import load_rounds, served_check
     from floorgap.records import read_metadata
     from floorgap.reports.check import ServedCheck
@@ -59,7 +80,8 @@ def served_checks(paths: list[Path], spec: dict, logger: logging.Logger) -> dict
         stats = served_check(rounds, tasks=list(spec.get("tasks") or
                                                 dict.fromkeys(rounds["task"])),
                              n_boot=int(spec["bootstrap"]), level=float(spec["level"]),
-                             seed=int(spec["seed"]))
+                             seed=int(spec["seed"]), served=(records or {}).get(name),
+                             gamma=meta.get("gamma"))
         out[name] = ServedCheck(engine=str(meta.get("engine")),
                                 replayed_with=str(meta.get("replayed_with",
                                                            meta.get("drafter_dir"))), **stats)
@@ -83,7 +105,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
         fidelity[str(record["drafter"])] = record
     try:
         report = build_check(args.gaps, args.floors, spec, fidelity=fidelity,
-                             served=served_checks(args.replay, spec, logger))
+                             served=served_checks(args.replay, spec, logger,
+                                                  served_records(args.served)))
     except ValueError as exc:
         raise StageError(str(exc)) from exc
     write_check(report, args.out_html, args.out_md)

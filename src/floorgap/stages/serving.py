@@ -16,6 +16,12 @@ serves only the runs the journal lacks and says how many it took over in the rec
 metadata (``resumed_runs``: their wall times were measured by the earlier job). The journal is
 removed once the records are written, so a later forced rerun measures everything again.
 
+The engine's own counters (``serving.engine_counters``, vLLM): read from its ``/metrics``
+before and after each run of a drafting system, the difference stored with the run
+(``engine_counts``), so the check can set what the engine counted beside the per-request
+records and the replay. An endpoint that is off or lacks a counter stops the job with the
+counter's name and how to turn it on.
+
 Seeds: a request's sampling seed is ``derive_seed(seed, "serving", row_id, temperature)``, the
 same for every system and concurrency, so AR and the drafters sample with the same keys.
 
@@ -99,7 +105,12 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
                         startup_timeout_s=float(cfg.get("startup_timeout_s", 900)),
                         draft_sampling=str(cfg.get("draft_sampling", "probabilistic")),
                         threads=args.threads,
-                        max_concurrency=max(int(c) for c in cfg["concurrency"]))
+                        max_concurrency=max(int(c) for c in cfg["concurrency"]),
+                        engine_counters=bool(kind) and bool(cfg["engine_counters"])
+                        and cfg["engine"] == "vllm")
+    if kind and cfg["engine_counters"] and not engine.engine_counters:
+        logger.warning("%s keeps no speculative-decoding counters of its own: the check sets "
+                       "only its per-request counts beside the replay", cfg["engine"])
     logger.info("engine context length %d (longest prompt %d + %d new tokens)", max_model_len,
                 longest, int(cfg["max_tokens"]))
     requests, runs, resumed = serve_runs(engine, spec, rows, args, logger)
@@ -127,7 +138,13 @@ def serve_runs(engine: Any, spec: dict[str, Any], rows: dict[str, list[Any]],
     """(requests, runs, how many runs were read back): every run of the spec, journalled ones
     read back and the others served and journalled, in the order temperature, concurrency,
     task."""
-    from floorgap.probes.serving import ServedRequest, ServedRun, running_engine, serve_run
+    from floorgap.probes.serving import (
+        ServedRequest,
+        ServedRun,
+        running_engine,
+        serve_run,
+        settled_engine_counts,
+    )
     from floorgap.progress import progress
     from floorgap.records import Journal, fingerprint, sha256_file
     from floorgap.seeds import derive_seed
@@ -150,10 +167,13 @@ def serve_runs(engine: Any, spec: dict[str, Any], rows: dict[str, list[Any]],
             for temp, conc, task in todo:
                 seeds = [derive_seed(int(spec["seed"]), "serving", r.row_id, temp)
                          for r in rows[task]]
+                before = settled_engine_counts(engine) if engine.engine_counters else None
                 reqs, run = serve_run(engine, target=target["name"], system=system["name"],
                                       task=task, rows=rows[task], temperature=temp,
                                       concurrency=conc, seeds=seeds,
                                       max_tokens=int(cfg["max_tokens"]))
+                if before is not None:
+                    run.engine_counts = asdict(settled_engine_counts(engine) - before)
                 entry = {"requests": [asdict(q) for q in reqs], "run": asdict(run)}
                 journal.append_entry(_run_key(temp, conc, task), entry)
                 done[_run_key(temp, conc, task)] = entry
