@@ -583,6 +583,34 @@ def test_the_command_refuses_bad_invocations(folders, checkout, monkeypatch, cap
     assert "1 --reference for 2 folders" in capsys.readouterr().err
 
 
+def test_a_dflash_folder_must_declare_its_layout_and_a_mismatch_is_said_first(
+        folders, checkout, monkeypatch, capsys, tmp_path) -> None:
+    """Before Snakemake runs: a DFlash folder without a layout key is refused naming the key;
+    one that declares anchor-first, which vLLM's DFlash runs 1+N, is flagged on stderr."""
+    import shutil
+
+    from floorgap import cli
+
+    ran = []
+    monkeypatch.setattr(cli.subprocess, "run",
+                        lambda *a, **k: ran.append(a) or subprocess.CompletedProcess(a, 1))
+    folder = Path(shutil.copytree(folders["Draft_A"], tmp_path / "undeclared"))
+    config = json.loads((folder / "config.json").read_text())
+    del config["sample_from_anchor"]
+    (folder / "config.json").write_text(json.dumps(config))
+    assert cli.main(["check", str(folder), "--dry-run"]) == 2 and not ran
+    err = capsys.readouterr().err
+    assert 'config.json declares no block layout: add "sample_from_anchor": false if the ' \
+           "drafter was trained 1+N" in err and err.count("\n") == 1
+    config["sample_from_anchor"] = True
+    (folder / "config.json").write_text(json.dumps(config))
+    cli.main(["check", str(folder), "--dry-run"])
+    assert ran and "block layout shifted by one: undeclared's folder declares anchor-first " \
+        "(sample_from_anchor), but vllm runs a dflash folder 1+N, reading no layout field: " \
+        "served, it proposes at slot k what the weights predict for slot k + 1" in \
+        capsys.readouterr().err
+
+
 def test_a_reference_per_folder_reaches_the_check_entry(folders, checkout, monkeypatch) -> None:
     from floorgap import cli
 

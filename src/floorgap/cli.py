@@ -506,6 +506,7 @@ def _check_plan(args: argparse.Namespace, argv: Sequence[str]
     overlay: dict = {"decompose": {}}
     for name, folder in zip(names, folders):
         fmt, kind = detect_checkpoint(folder, args.format, None)
+        layout_before_serving(name, folder, args.engine or _serving_engine(base))
         try:
             overlay["decompose"].update(decompose_overlay(name, folder, fmt, kind)["decompose"])
         except ConfigError as exc:
@@ -529,6 +530,31 @@ def _check_plan(args: argparse.Namespace, argv: Sequence[str]
     overlay_path = write_overlay(path, overlay)
     files = check_paths(report)
     return root, _snakemake_command(root, base, overlay_path, files, args), files
+
+
+def _serving_engine(base: Path) -> str | None:
+    """The base config's serving engine (None without a serving section)."""
+    import yaml
+
+    return ((yaml.safe_load(base.read_text()) or {}).get("serving") or {}).get("engine")
+
+
+def layout_before_serving(name: str, folder: Path, engine: str | None) -> None:
+    """Before anything runs: a DFlash folder must declare its block layout (both exist, and an
+    engine that assumes the other accepts far less; refused, naming the key to add), and a
+    layout the check's engine runs otherwise is said on stderr (the page flags it too)."""
+    from floorgap.models.engine_formats import describe_folder
+    from floorgap.reports.check import layout_verdict
+
+    facts = describe_folder(folder)
+    if facts["layout"] == "dflash" and facts["layout_field"] is None:
+        raise DecomposeError(f"{folder / 'config.json'} declares no block layout: add "
+                             '"sample_from_anchor": false if the drafter was trained 1+N (row 0 '
+                             "holds the anchor, rows 1..N propose; z-lab's) or true if "
+                             "anchor-first (row k proposes slot k; DeepSpec's)")
+    verdict = layout_verdict(name, facts, engine)
+    if verdict is not None and verdict.flag:
+        print(f"floorgap check: {verdict.text}", file=sys.stderr)
 
 
 def check(argv: Sequence[str]) -> int:

@@ -60,7 +60,7 @@ class CheckSpecs(SpecCore):
                 "pairs": pairs, "level": self.config["analysis"]["level"],
                 "references": dict(entry.get("references") or {}),
                 "served": self.check_served(name), "not_served": self.check_not_served(name),
-                "engine": (self.serving or {}).get("engine"),
+                "engine": entry.get("engine") or (self.serving or {}).get("engine"),
                 "tasks": list((self.serving or {}).get("tasks", [])),
                 "bootstrap": self.config["analysis"]["bootstrap"], "seed": self.config["seed"],
                 "command": entry.get("command", ""),

@@ -355,6 +355,25 @@ def _counted(counts: Mapping[str, Any], key: str) -> str:
     return f"{key} {list(value) if key == 'accepted_per_pos' else value}"
 
 
+def layout_verdict(name: str, facts: Mapping[str, Any], engine: str | None
+                   ) -> Verdict | None:
+    """The folder's block layout against the one ``engine`` runs it with (``facts``:
+    :func:`floorgap.models.engine_formats.describe_folder`), known before anything is served:
+    None where the engine runs no such folder; a flagged "block layout shifted by one" where
+    the two differ (an engine that reads no layout field runs its own)."""
+    run = (facts.get("engine_layouts") or {}).get(engine or "")
+    if run is None:
+        return None
+    own, field_ = facts["block_layout"], facts.get("layout_field")
+    said = f"declares {own} ({field_})" if field_ else f"is read as {own} (it declares none)"
+    if run == own:
+        return Verdict("layout", f"{name}'s folder {said}, the layout {engine} runs it with")
+    step = "k + 1" if own == "anchor-first" else "k - 1"
+    return Verdict("layout", f"block layout shifted by one: {name}'s folder {said}, but {engine} "
+                   f"runs a {facts['layout']} folder {run}, reading no layout field: served, it "
+                   f"proposes at slot k what the weights predict for slot {step}", flag=True)
+
+
 def informative(served: ServedCheck) -> bool:
     """Whether the served rounds accept enough drafts to show a fault (:data:`MIN_DRAFTS`,
     :data:`MIN_ACTIVE_ROUNDS`)."""
@@ -367,17 +386,17 @@ def informative(served: ServedCheck) -> bool:
 
 def drafter_check(gaps: GapSummary, d: Decomposition,
                   fidelity: Mapping[str, Any] | None = None, served: ServedCheck | None = None,
-                  why_not_served: str = "") -> DrafterCheck:
-    """The check of one decomposed drafter: dtau_br by slot and the verdict lines (the export
-    verdict from its fidelity record, when it has a reference; the engine verdict from its
-    served check, when it was served)."""
+                  why_not_served: str = "", layout: Verdict | None = None) -> DrafterCheck:
+    """The check of one decomposed drafter: dtau_br by slot and the verdict lines (the layout
+    verdict, when an engine would serve its folder; the export verdict from its fidelity
+    record, when it has a reference; the engine verdict from its served check, when it was
+    served)."""
     gain = pd.DataFrame([{"slot": k, **{f: gaps.get("dtau_br", d.drafter, k, field=f)
                                         for f in ("estimate", "lower", "upper")}}
                          for k in range(d.gamma)])
     verdicts = [export_verdict(d.drafter, fidelity),
                 engine_verdict(d.drafter, served, why_not_served)]
-    counted = counters_verdict(d.drafter, served)
-    verdicts += [counted] if counted is not None else []
+    verdicts += [v for v in (counters_verdict(d.drafter, served), layout) if v is not None]
     verdicts += [Verdict("under-trained", v.sentence(), flag=bool(v.loses)) for v in d.verdicts]
     verdicts += [floor_verdict(d), order_verdict(d), fix_first_verdict(d.drafter, gain)]
     return DrafterCheck(d, gain, verdicts, served)
@@ -441,9 +460,27 @@ def build_check(gaps_path: str | Path, floors_path: str | Path, spec: Mapping[st
     return CheckReport(
         name=str(spec["name"]), target=first.target, gamma=first.gamma, level=level,
         drafters=[drafter_check(gaps, d, fidelity.get(name), served.get(name),
-                                _why_not_served(spec, d)) for name, d in decs.items()],
+                                _why_not_served(spec, d), _layout(spec, name))
+                  for name, d in decs.items()],
         comparisons=[comparison(gaps, decs[a], decs[b], level) for a, b in spec.get("pairs", [])],
         command=str(spec.get("command", "")), configs=configs)
+
+
+def _layout(spec: Mapping[str, Any], name: str) -> Verdict | None:
+    """The layout verdict of drafter ``name``'s folder in the check's engine (None without an
+    engine or a local folder in a layout the engines load)."""
+    from floorgap.models.engine_formats import ENGINE_LAYOUTS, describe_folder
+
+    entry = next(d for d in spec["drafters"] if d["name"] == name).get("entry") or {}
+    ckpt = entry.get("checkpoint") or {}
+    if not spec.get("engine") or "path" not in ckpt or not any(
+            ckpt.get("format") in m for m in ENGINE_LAYOUTS.values()):
+        return None
+    try:
+        facts = describe_folder(ckpt["path"])
+    except (ValueError, FileNotFoundError) as exc:
+        return Verdict("layout", f"{name}'s folder cannot be read: {exc}", flag=True)
+    return layout_verdict(name, facts, str(spec["engine"]))
 
 
 def _why_not_served(spec: Mapping[str, Any], d: Decomposition) -> str:
