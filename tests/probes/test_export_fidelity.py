@@ -67,12 +67,27 @@ def _wrong_mask(cfg: dict) -> None:
             where["mask_token_id"] = int(where["mask_token_id"]) - 1
 
 
+def _offset_taps(cfg: dict) -> None:
+    # the target-layer index off by one: the features of layer L + 1 fed for L
+    for where in (cfg, cfg.get("dflash_config", {})):
+        if "target_layer_ids" in where:
+            where["target_layer_ids"] = [int(t) + 1 for t in where["target_layer_ids"]]
+
+
 FAULTS = {
     "correct": None,
     "rows-shifted": lambda f: _edit_config(f, _shift_rows),
     "wrong-mask-token": lambda f: _edit_config(f, _wrong_mask),
     "taps-permuted": permute_taps,
+    "taps-offset": lambda f: _edit_config(f, _offset_taps),
 }
+#: What the diagnosis against the reference names for each fault.
+NAMED = {"correct": None, "rows-shifted": "block layout flipped: the folder reads as ",
+         "wrong-mask-token": "wrong mask token: the folder feeds the mask rows token ",
+         "taps-permuted": "fc input columns permuted: the folder's fusion reads the taps' "
+                          "feature blocks in the order (1, 0) of the trained one",
+         "taps-offset": "target-layer index offset by +1: the folder taps layers [1, 2], the "
+                        "weights were trained on [0, 1]"}
 
 
 def fidelity(target, kind: str, fmt: str, fault: str, root: Path):
@@ -106,6 +121,32 @@ def test_a_faithful_export_passes_and_each_fault_shows(target, kind, fmt, fault,
         return
     # a fault either reads as another structure (refused) or moves q at some slot
     assert error is not None or max(s.mean_tv for s in slots) > TOLERANCE, (fault, slots)
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.parametrize(("kind", "fmt"), [("dflash", "dflash"), ("dspark", "dspark")])
+def test_each_fault_is_named_against_its_reference(target, kind, fmt, fault, tmp_path) -> None:
+    """The diagnosis names the injected fault, from the folder's weights where it imports and
+    from its config alone where it does not (the taps offset past the tiny target's layers);
+    a faithful export gets none."""
+    from floorgap.models.engine_formats import export_drafter
+    from floorgap.probes.drafter_eval import load_trained_drafter
+    from floorgap.probes.export_fidelity import diagnose_folder
+    from floorgap.stages.export_fidelity import folder_causes
+
+    reference = _drafter(target, kind)
+    folder = export_drafter(reference, tmp_path / fault, fmt)
+    if FAULTS[fault] is not None:
+        FAULTS[fault](folder)
+    try:
+        candidate = load_trained_drafter(folder, target, gamma=reference.gamma)
+        causes = diagnose_folder(reference, candidate.cfg, candidate.state_dict())
+    except ValueError:
+        causes = folder_causes(reference, str(folder))
+    if NAMED[fault] is None:
+        assert causes == []
+    else:
+        assert len(causes) == 1 and causes[0].startswith(NAMED[fault]), causes
 
 
 def test_the_comparison_is_exact_against_itself(target) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from floorgap.probes.serving import (
     port_taken,
     running_engine,
     serve_run,
+    settled_engine_counts,
 )
 
 from conftest import SERVING_PYTHON
@@ -198,10 +200,14 @@ def _serve(model_dir, rows, gamma, kind=None, drafter=None, temperatures=(0.0,),
     out = {}
     with running_engine(spec, tmp / f"{kind}.log"):
         for temperature in temperatures:
+            # the engine's own counters around the run, as the serving stage reads them
+            before = settled_engine_counts(spec) if kind else None
             out[temperature] = serve_run(
                 spec, target="t", system=str(kind), task="t", rows=rows,
                 temperature=temperature, concurrency=2, seeds=list(range(1, len(rows) + 1)),
                 max_tokens=max_tokens)
+            if before is not None:
+                out[temperature][1].engine_counts = asdict(settled_engine_counts(spec) - before)
     return out
 
 
@@ -241,6 +247,25 @@ def test_vllm_speculation_is_exact_and_counts_verify_rounds(engine_inputs, serve
     tau_flash = sum(r.verified_tokens for r in flash) / sum(r.verify_steps for r in flash)
     assert 1.0 <= tau_flash < 1.5
     assert all(r.draft_tokens == gamma * r.verify_steps for r in flash)
+
+
+@pytest.mark.slow
+def test_the_engines_own_counters_equal_its_per_request_records(engine_inputs,
+                                                                served_dflash) -> None:
+    """vLLM's /metrics counters over a run (read before and after it) count the same rounds as
+    its per-request metrics: rounds, drafted and accepted tokens, and per slot the rounds whose
+    slot was accepted."""
+    import pandas as pd
+
+    from floorgap.analysis.serving import record_counts
+
+    gamma = engine_inputs[3]
+    for temperature, (requests, run) in served_dflash.items():
+        records = record_counts(pd.DataFrame([asdict(q) for q in requests]), gamma)
+        counted = {**run.engine_counts,
+                   "accepted_per_pos": list(run.engine_counts["accepted_per_pos"])}
+        assert counted == records, temperature
+        assert counted["drafts"] > 0 and counted["draft_tokens"] == gamma * counted["drafts"]
 
 
 def _lossless_z(model_dir, rows, requests) -> float:

@@ -30,6 +30,7 @@ and concurrency (paired). The records must cover the same rows for every system 
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -317,6 +318,32 @@ def engine_reading(requests: pd.DataFrame, runs: pd.DataFrame, rounds: pd.DataFr
     return out
 
 
+def hypothesis_tests(rounds: pd.DataFrame) -> dict[str, dict[float, dict[str, float]]]:
+    """By named fault (the replay's ``hypotheses_tv``) and temperature, the served rounds'
+    tests against the rounds replayed under that fault: the acceptance z at T > 0, the share of
+    greedy rounds reproduced at T = 0 (complete rounds, as for the faithful replay)."""
+    done = rounds[rounds["complete"].astype(bool)]
+    if "hypotheses_tv" not in done or done.empty:
+        return {}
+    parsed = [json.loads(x) for x in done["hypotheses_tv"]]
+    names = sorted(set().union(*parsed)) if parsed else []
+    out: dict[str, dict[float, dict[str, float]]] = {}
+    temps = done["temperature"].astype(float).tolist()
+    accepted = done["accepted"].astype(int).tolist()
+    for name in names:
+        out[name] = {}
+        for temp in sorted(set(temps)):
+            idx = [i for i, t in enumerate(temps) if t == temp and name in parsed[i]]
+            tv = torch.tensor([parsed[i][name] for i in idx], dtype=torch.float64)
+            acc = torch.tensor([accepted[i] for i in idx])
+            if temp > 0:
+                out[name][temp] = {"acceptance_z": acceptance_test(acc, tv).z}
+            else:
+                agree = [greedy_accepts(row) == int(a) for row, a in zip(tv.tolist(), acc)]
+                out[name][temp] = {"greedy_agreement": sum(agree) / max(1, len(agree))}
+    return out
+
+
 def served_check(rounds: pd.DataFrame, *, tasks: Sequence[str], n_boot: int, level: float,
                  seed: int, served: tuple[pd.DataFrame, pd.DataFrame] | None = None,
                  gamma: int | None = None) -> dict[str, Any]:
@@ -328,6 +355,7 @@ def served_check(rounds: pd.DataFrame, *, tasks: Sequence[str], n_boot: int, lev
     (:func:`engine_reading`, under ``engine_reading``)."""
     table = summarise_replay(rounds, n_boot=n_boot, level=level, seed=seed, tasks=tasks)
     out: dict[str, Any] = {"by_temperature": {}, "first_divergent": first_divergent_round(rounds)}
+    out["hypotheses"] = hypothesis_tests(rounds)
     if served is not None:
         out["engine_reading"] = engine_reading(*served, rounds, int(gamma or 0))
     for temp in sorted(set(table["temperature"].astype(float))):

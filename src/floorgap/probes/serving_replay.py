@@ -25,6 +25,15 @@ exact speculative sampling each is a draw from the target's p_i, so log p_i(y_i)
 mean 0 and variance Var_{p_i}[log p_i]; ``lossless_score`` and ``lossless_var`` are their sums
 over the round (NaN at temperature 0).
 
+Named faults. An engine that reads a folder otherwise than floorgap does runs another function
+of the same weights. The two faults users meet most are each one change of the drafter's
+config (:func:`fault_hypotheses`): the block rows in the other layout ("block layout shifted
+by one": 1+N weights run anchor-first propose at slot k what they predict for slot k - 1, and
+the reverse k + 1) and the taps one decoder layer off ("target-layer index offset by one": the
+features of layer L + 1 fed for L). Every round is replayed under each of them as well
+(``hypotheses_tv``, JSON: fault name -> tv by slot), so the check can say which of them the
+served rounds fit where the faithful reading does not.
+
 The proposal at slot j is read with the served tokens as predecessors (order-1 drafters draft
 slot j from slot j - 1's token, which is y[n_r + j - 1] whenever slot j is reached). Rounds
 whose gamma slots run past the completion (the last rounds, cut by the token limit or a stop)
@@ -36,6 +45,7 @@ biases nothing.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,7 +57,8 @@ from floorgap.errors import StageError
 from floorgap.estimators.barycentre import tv_distance
 from floorgap.sampling import SamplingLaw
 
-__all__ = ["ReplayRound", "replay_request", "replay_requests", "request_lossless_terms",
+__all__ = ["LAYOUT_SHIFT", "TAP_OFFSET", "ReplayRound", "fault_hypotheses",
+           "hypothesis_drafters", "replay_request", "replay_requests", "request_lossless_terms",
            "round_starts"]
 
 
@@ -70,6 +81,8 @@ class ReplayRound:
     tv: list[float]
     lossless_score: float = math.nan
     lossless_var: float = math.nan
+    # tv by slot of the same round replayed under each named fault (JSON; module docstring)
+    hypotheses_tv: str = "{}"
 
 
 def round_starts(step_accepted: Sequence[int], completion_tokens: int, gamma: int) -> list[int]:
@@ -152,6 +165,40 @@ def replay_request(target: Any, drafter: Any, prompt_ids: Sequence[int],
     return rounds
 
 
+#: The named faults, each the change of the replayed drafter's config that reproduces it.
+LAYOUT_SHIFT = "block layout shifted by one"
+TAP_OFFSET = "target-layer index offset by {step:+d}"
+
+
+def fault_hypotheses(cfg: Any, depth: int) -> dict[str, dict[str, Any]]:
+    """The named faults (module docstring) a drafter of config ``cfg`` on a target of ``depth``
+    decoder layers can be read with: name -> the config fields that change. A tap offset that
+    would leave the target's layers is not among them."""
+    out: dict[str, dict[str, Any]] = {LAYOUT_SHIFT: {"anchor_rows": not cfg.sample_from_anchor}}
+    for step in (1, -1):
+        taps = [int(t) + step for t in cfg.taps]
+        if all(0 <= t < depth for t in taps):
+            out[TAP_OFFSET.format(step=step)] = {"taps": taps}
+    return out
+
+
+def hypothesis_drafters(target: Any, drafter: Any) -> dict[str, Any]:
+    """The drafter read under each named fault: the same weights in a drafter of the changed
+    config (:func:`fault_hypotheses`)."""
+    from dataclasses import replace
+
+    from floorgap.models.drafters import build_drafter
+    from floorgap.models.targets import text_config
+
+    depth = int(text_config(target.config).num_hidden_layers)
+    out = {}
+    for name, change in fault_hypotheses(drafter.cfg, depth).items():
+        other = build_drafter(replace(drafter.cfg, **change), target)
+        other.load_state_dict(drafter.state_dict())
+        out[name] = other.eval().requires_grad_(False)
+    return out
+
+
 def replay_requests(target: Any, drafter: Any, requests: Iterable[Any],
                     prompts: Mapping[str, Sequence[int]], *, target_name: str, system: str,
                     draft_sampling: str = "probabilistic",
@@ -164,6 +211,7 @@ def replay_requests(target: Any, drafter: Any, requests: Iterable[Any],
     is replayed once and its rounds relabelled."""
     rounds: list[ReplayRound] = []
     replayed: dict[tuple[Any, ...], list[ReplayRound]] = {}
+    others = hypothesis_drafters(target, drafter)
     for r in requests:
         row_id = str(r.row_id)
         if row_id not in prompts:
@@ -176,10 +224,15 @@ def replay_requests(target: Any, drafter: Any, requests: Iterable[Any],
         if key in replayed:
             rounds += [dataclasses.replace(x, **labels) for x in replayed[key]]
         else:
-            replayed[key] = replay_request(target, drafter, prompts[row_id], list(r.token_ids),
-                                           list(r.step_accepted),
-                                           temperature=float(r.temperature), labels=labels,
-                                           draft_sampling=draft_sampling)
+            def replay(d: Any) -> list[ReplayRound]:
+                return replay_request(target, d, prompts[row_id], list(r.token_ids),
+                                      list(r.step_accepted), temperature=float(r.temperature),
+                                      labels=labels, draft_sampling=draft_sampling)
+
+            replayed[key] = replay(drafter)
+            alternatives = {name: replay(d) for name, d in others.items()}
+            for i, x in enumerate(replayed[key]):
+                x.hypotheses_tv = json.dumps({n: alt[i].tv for n, alt in alternatives.items()})
             rounds += replayed[key]
         if on_request is not None:
             on_request(1)

@@ -122,6 +122,9 @@ class ServedCheck:
     #: by temperature, the engine's own counters beside the per-request records and the
     #: per-slot test (:func:`floorgap.analysis.serving.engine_reading`); empty: not read
     engine_reading: Mapping[float, Mapping[str, Any]] = field(default_factory=dict)
+    #: by named fault and temperature, the served rounds against the rounds replayed under it
+    #: (:func:`floorgap.analysis.serving.hypothesis_tests`)
+    hypotheses: Mapping[str, Mapping[float, Mapping[str, float]]] = field(default_factory=dict)
 
     def at(self, hot: bool) -> tuple[float, Mapping[str, Any]] | None:
         """(temperature, statistics) of the first temperature above 0 (``hot``) or at 0."""
@@ -244,9 +247,10 @@ def export_verdict(name: str, fidelity: Mapping[str, Any] | None) -> Verdict:
                        "an export or layout fault would look offline like a poorly trained "
                        "drafter")
     ref = fidelity["reference"]
+    causes = "".join(f"; {c}" for c in fidelity.get("causes") or [])
     if fidelity.get("error"):
         return Verdict("export", f"export or layout fault: {name}'s folder does not read as "
-                       f"{ref}: {fidelity['error']}", flag=True)
+                       f"{ref}{causes}: {fidelity['error']}", flag=True)
     slots = fidelity["slots"]
     bad = [s["slot"] for s in slots if not s["mean_tv"] <= FIDELITY_TV]
     worst = max(s["mean_tv"] for s in slots)
@@ -256,8 +260,8 @@ def export_verdict(name: str, fidelity: Mapping[str, Any] | None) -> Verdict:
                        f"{FIDELITY_TV}) on {fidelity['anchors']} anchors, largest |q_ref - q| "
                        f"{max(s['max_abs_dq'] for s in slots):.2g}")
     agree = min(s["argmax_agreement"] for s in slots)
-    return Verdict("export", f"export or layout fault: {name}'s folder does not read as {ref}: "
-                   f"mean TV(q_ref, q) above {FIDELITY_TV} at slots {_slots(bad)} (up to "
+    return Verdict("export", f"export or layout fault: {name}'s folder does not read as {ref}"
+                   f"{causes}: mean TV(q_ref, q) above {FIDELITY_TV} at slots {_slots(bad)} (up to "
                    f"{worst:.3f}); the most likely token agrees on {agree:.0%} of "
                    f"{fidelity['anchors']} anchors at the worst slot", flag=True)
 
@@ -309,8 +313,29 @@ def engine_verdict(name: str, served: ServedCheck | None, why_not: str) -> Verdi
     first_text = (f"; first divergent round: {first['task']} row {first['row_id']} round "
                   f"{first['round']} (served {first['served']} drafts accepted, replayed "
                   f"{first['replayed']})" if first else "")
-    return Verdict("engine", f"engine or layout fault: {where}: {'; '.join(bad)}{first_text}; "
+    return Verdict("engine", f"{named_fault(served)}: {where}: {'; '.join(bad)}{first_text}; "
                    f"{'; '.join(taus)}", flag=True)
+
+
+def named_fault(served: ServedCheck) -> str:
+    """The served rounds' fault by name: the named faults (a layout shift, a tap offset) under
+    whose replay the rounds pass the engine verdict's tests (|z| at most :data:`SERVED_Z` at
+    T > 0, at least :data:`GREEDY_SHARE` of greedy rounds), else "engine or layout fault"
+    with the faults tried."""
+    fits = []
+    for name, by_temp in sorted(served.hypotheses.items()):
+        tests = [abs(s["acceptance_z"]) <= SERVED_Z if "acceptance_z" in s
+                 else s["greedy_agreement"] >= GREEDY_SHARE for s in by_temp.values()]
+        if tests and all(tests):
+            stats = "; ".join(f"acceptance z {s['acceptance_z']:+.2f} at T = {t:g}"
+                              if "acceptance_z" in s else
+                              f"{s['greedy_agreement']:.0%} of greedy rounds at T = {t:g}"
+                              for t, s in sorted(by_temp.items()))
+            fits.append(f"{name} (the rounds replayed so: {stats})")
+    if fits:
+        return f"{' or '.join(fits)}"
+    tried = ", ".join(sorted(served.hypotheses))
+    return "engine or layout fault" + (f" (none of {tried} fits)" if tried else "")
 
 
 def counters_verdict(name: str, served: ServedCheck | None) -> Verdict | None:

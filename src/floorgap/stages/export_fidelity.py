@@ -7,7 +7,8 @@ reference (a ``final.pt`` of the drafters stage) loaded, and both run on the fir
 ``anchors_per_domain`` anchors of every domain (the context, the target's block as the
 predecessors). Writes, as JSON, per slot the largest |q_ref - q|, the mean TV and the argmax
 agreement; or, when the folder cannot be read with the reference's slots or order, the error
-(itself a layout fault). The spec is ``WorkflowSpec.fidelity_spec``.
+(itself a layout fault); and the faults it names from the folder's config and weights set
+beside the reference's (``causes``, :func:`floorgap.probes.export_fidelity.diagnose_folder`). The spec is ``WorkflowSpec.fidelity_spec``.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     from floorgap.data.anchors import anchor_contexts
     from floorgap.models.targets import load_target
     from floorgap.probes.drafter_eval import load_trained_drafter
-    from floorgap.probes.export_fidelity import compare_drafters
+    from floorgap.probes.export_fidelity import compare_drafters, diagnose_folder
     from floorgap.records import atomic_path, read_table
     from floorgap.sampling import SamplingLaw
 
@@ -66,13 +67,33 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
                          f"{gamma}; name the weights this folder was exported from")
     try:
         candidate = load_trained_drafter(spec["folder"], model, gamma=gamma)
+        record["causes"] = diagnose_folder(reference, candidate.cfg, candidate.state_dict())
         slots = compare_drafters(model, reference, candidate, contexts, blocks,
                                  law=SamplingLaw.from_spec(spec["law"]))
         record["slots"] = [dataclasses.asdict(s) for s in slots]
     except ValueError as exc:
-        # the folder does not even read with the reference's structure: a layout fault
+        # the folder does not even read with the reference's structure: a layout fault, named
+        # from its config where that reads
         record["error"] = str(exc)
+        record["causes"] = folder_causes(reference, spec["folder"])
         logger.warning("%s does not read as %s: %s", spec["folder"], spec["reference"], exc)
+    for cause in record["causes"]:
+        logger.warning("%s: %s", spec["folder"], cause)
     with atomic_path(Path(args.out)) as tmp:
         tmp.write_text(json.dumps(record, indent=1))
     logger.info("wrote %s", args.out)
+
+
+def folder_causes(reference: object, folder: str) -> list[str]:
+    """The named faults of a folder that does not import with the reference's structure, from
+    its config alone (nothing, when even that does not read)."""
+    from floorgap.models.drafters import DrafterConfig
+    from floorgap.models.engine_formats import read_engine_config
+    from floorgap.probes.export_fidelity import diagnose_folder
+
+    try:
+        _, fields = read_engine_config(folder)
+        cfg = DrafterConfig(**{k: v for k, v in fields.items() if k != "vocab_size"})
+    except (ValueError, TypeError, FileNotFoundError):
+        return []
+    return diagnose_folder(reference, cfg)
