@@ -257,6 +257,37 @@ def test_the_engine_verdict_follows_the_served_tests(summaries, check, needle, f
     assert "| T | rounds | tau served |" in md and "| 1 | 50 | 1.500 | [1.300, 1.700] |" in md
 
 
+SHIFT = "block layout shifted by one"
+OFFSET = "target-layer index offset by +1"
+
+
+@pytest.mark.parametrize(("hypotheses", "needle"), [
+    ({SHIFT: {0.0: {"greedy_agreement": 1.0}, 1.0: {"acceptance_z": 0.4}},
+      OFFSET: {0.0: {"greedy_agreement": 0.3}, 1.0: {"acceptance_z": -7.0}}},
+     "block layout shifted by one (the rounds replayed so: 100% of greedy rounds at T = 0; "
+     "acceptance z +0.40 at T = 1): mine in vllm, replayed with"),
+    ({SHIFT: {0.0: {"greedy_agreement": 0.5}, 1.0: {"acceptance_z": 0.4}},
+      OFFSET: {0.0: {"greedy_agreement": 0.95}, 1.0: {"acceptance_z": -1.0}}},
+     "target-layer index offset by +1 (the rounds replayed so: 95% of greedy rounds at T = 0; "
+     "acceptance z -1.00 at T = 1): mine in vllm"),
+    ({SHIFT: {0.0: {"greedy_agreement": 0.5}, 1.0: {"acceptance_z": 0.4}}},
+     "engine or layout fault (none of block layout shifted by one fits): mine in vllm"),
+])
+def test_a_served_fault_is_named_by_the_replay_it_fits(summaries, hypotheses, needle) -> None:
+    from dataclasses import replace
+
+    from floorgap.reports.check import build_check
+
+    spec = {**check_spec(drafters=("mine",), pairs=()), "served": ["mine"], "engine": "vllm"}
+    check = replace(served(acceptance_z=-9.5, agreement=0.4, first=FIRST),
+                    hypotheses=hypotheses)
+    verdict = build_check(*summaries, spec, served={"mine": check}).drafters[0].verdicts[1]
+    assert verdict.text.startswith(needle) and verdict.flag
+    # a faithful folder is named nothing, whatever a fault's replay would say
+    fine = build_check(*summaries, spec, served={"mine": replace(served(), hypotheses=hypotheses)})
+    assert fine.drafters[0].verdicts[1].text.startswith("the engine serves what the weights")
+
+
 def _reading(z1=0.3, records_accepted=25):
     engine = {"drafts": 50, "draft_tokens": 150, "accepted": 25, "accepted_per_pos": [15, 7, 3]}
     records = {**engine, "accepted": records_accepted}

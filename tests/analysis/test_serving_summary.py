@@ -118,3 +118,43 @@ def test_a_served_check_reads_its_temperatures_and_the_first_divergent_round() -
                                       "replayed": 0}
     cold["accepted"] = [2, 0, 0, 0, 1]
     assert first_divergent_round(cold) is None
+
+
+def test_the_rounds_are_tested_against_each_named_fault_and_the_engine_counts() -> None:
+    """hypothesis_tests: the served greedy rounds reproduced under a fault's replay; the engine
+    reading: the records' sums beside the engine's, and per slot its count against the
+    complete rounds' prediction (the cut round's count taken off)."""
+    import json
+
+    from floorgap.analysis.serving import engine_reading, hypothesis_tests
+
+    hot = _rounds().assign(round=range(5))
+    cold = hot.copy().assign(temperature=0.0)
+    cold["accepted"] = [2, 0, 1, 0, 1]
+    # the faithful greedy tv reproduces 2 of the 4 complete rounds, the shifted one all four
+    cold["tv"] = [[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [float("nan")] * 2, [0.0, 1.0]]
+    shifted = [[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [float("nan")] * 2, [0.0, 1.0]]
+    cold["hypotheses_tv"] = [json.dumps({"shift": s, "offset": t}) for s, t in
+                             zip(shifted, cold["tv"])]
+    hot["hypotheses_tv"] = [json.dumps({"shift": t, "offset": [1.0, 1.0]}) for t in hot["tv"]]
+    tests = hypothesis_tests(pd.concat([hot, cold], ignore_index=True))
+    assert tests["shift"][0.0]["greedy_agreement"] == 1.0
+    assert tests["offset"][0.0]["greedy_agreement"] == pytest.approx(2 / 4)
+    assert tests["shift"][1.0]["acceptance_z"] == pytest.approx((4 - 5) / 0.5 ** 0.5)
+    # the offset's replay predicts no acceptance at all: 4 accepted against 0 expected
+    assert tests["offset"][1.0]["acceptance_z"] == float("inf")
+    # engine counts: the records of T = 1 (accepted 2, 0, 1, 0, 1 in one request each)
+    requests = pd.DataFrame([{"temperature": 1.0, "verify_steps": 5, "draft_tokens": 10,
+                              "accepted_drafts": 4, "step_accepted": [2, 0, 1, 0, 1]}])
+    engine = {"drafts": 5, "draft_tokens": 10, "accepted": 4, "accepted_per_pos": [3, 1]}
+    runs = pd.DataFrame([{"temperature": 1.0, "engine_counts": engine}])
+    out = engine_reading(requests, runs, hot, gamma=2)[1.0]
+    assert out["records"] == engine and out["differs"] == []
+    # complete rounds: slot 0 reached 4 times, accepted 3 (alpha 1, 0.5, 0, 0.5); slot 1
+    # reached by the round that accepted 2 and the two that accepted 1 (alpha 1, 1, 1)
+    assert [s["trials"] for s in out["slots"]] == [4, 3]
+    assert [s["observed"] for s in out["slots"]] == [3, 1]
+    assert [s["expected"] for s in out["slots"]] == pytest.approx([2.0, 3.0])
+    wrong = engine_reading(requests, runs.assign(engine_counts=[{**engine, "accepted": 5}]), hot,
+                           gamma=2)[1.0]
+    assert wrong["differs"] == ["accepted"]

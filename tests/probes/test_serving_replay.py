@@ -126,3 +126,59 @@ def _same(a, b) -> bool:
         return [x if not (isinstance(x, float) and math.isnan(x)) else "nan"
                 for x in (r.round, r.start, r.accepted, r.complete, *r.p_tok, *r.q_tok, *r.tv)]
     return len(a) == len(b) and all(key(x) == key(y) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_each_named_fault_replays_as_the_folder_an_engine_would_read(smoke_target, tmp_path,
+                                                                     temperature) -> None:
+    """The rounds replayed under a named fault (hypotheses_tv) are the rounds replayed with the
+    folder that fault makes: its layout declared the other way, its taps one layer off; read
+    by floorgap's own import, independently of the hypothesis drafters."""
+    import json
+    from types import SimpleNamespace
+
+    from floorgap.models.drafter_training import drafter_config
+    from floorgap.models.drafters import build_drafter
+    from floorgap.models.engine_formats import export_drafter
+    from floorgap.models.targets import load_target
+    from floorgap.probes.drafter_eval import load_trained_drafter
+    from floorgap.probes.serving_replay import LAYOUT_SHIFT, replay_requests
+
+    cfg, _, model_dir, _ = smoke_target
+    model, _ = load_target(model_dir)
+    gamma = int(cfg["anchors"]["gamma"])
+    torch.manual_seed(5)
+    taps = [0]    # of the smoke target's two layers: no offset of -1 (it would leave them)
+    dc = drafter_config({"kind": "dflash", "layers": 1}, taps, gamma, model.config)
+    drafter = build_drafter(dc, model).eval()
+    folder = export_drafter(drafter, tmp_path / "faithful", "dflash")
+    g = torch.Generator().manual_seed(6)
+    prompts = {"a": torch.randint(5, 200, (7,), generator=g).tolist()}
+    y = torch.randint(5, 200, (gamma + 14,), generator=g).tolist()
+    request = SimpleNamespace(task="t", row_id="a", temperature=temperature, concurrency=1,
+                              token_ids=y, step_accepted=[1, 0, 2, gamma, 1, 3])
+    rounds, _ = replay_requests(model, drafter, [request], prompts, target_name="t",
+                                system="dflash")
+    hypotheses = [json.loads(r.hypotheses_tv) for r in rounds]
+    names = {LAYOUT_SHIFT: lambda c: c.update(sample_from_anchor=True),
+             "target-layer index offset by +1": lambda c: c["dflash_config"].update(
+                 target_layer_ids=[t + 1 for t in taps])}
+    assert set(hypotheses[0]) == set(names)
+    for name, edit in names.items():
+        faulty = tmp_path / name.replace(" ", "-")
+        faulty.mkdir()
+        for f in folder.iterdir():
+            (faulty / f.name).write_bytes(f.read_bytes())
+        config = json.loads((faulty / "config.json").read_text())
+        edit(config)
+        (faulty / "config.json").write_text(json.dumps(config))
+        engine_reading = load_trained_drafter(faulty, model, gamma)
+        own, _ = replay_requests(model, engine_reading, [request], prompts, target_name="t",
+                                 system="dflash")
+        for r, h in zip(own, hypotheses):
+            assert torch.allclose(torch.tensor(r.tv), torch.tensor(h[name]), atol=1e-9,
+                                  equal_nan=True), name
+        # and it differs from the faithful reading (at T = 0 a random drafter's argmaxes miss
+        # the target's under every reading alike)
+        assert temperature == 0 or any(not torch.allclose(torch.tensor(r.tv), torch.tensor(x.tv), equal_nan=True)
+                   for r, x in zip(own, rounds)), name
