@@ -217,16 +217,11 @@ def copy_results(run: Path, dest: Path, leave_out: set[str] = frozenset()) -> Pa
 
 
 def permute_taps(folder: Path) -> None:
-    """Swap the two halves of an exported DFlash folder's ``fc`` input columns, in place: the
-    taps' features in the wrong order, a fault every engine loads without complaint."""
-    import torch
-    from safetensors.torch import load_file, save_file
+    """Swap the first two taps' blocks of an exported folder's ``fc`` input columns, in place:
+    the taps' features in the wrong order, a fault every engine loads without complaint."""
+    from floorgap.models.export_faults import inject_fault
 
-    tensors = load_file(str(folder / "model.safetensors"))
-    fc = tensors["fc.weight"]
-    half = fc.shape[1] // 2
-    tensors["fc.weight"] = torch.cat([fc[:, half:], fc[:, :half]], dim=1).contiguous()
-    save_file(tensors, str(folder / "model.safetensors"))
+    inject_fault(folder, "fc-permuted")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -546,7 +546,10 @@ def layout_before_serving(name: str, folder: Path, engine: str | None) -> None:
     from floorgap.models.engine_formats import describe_folder
     from floorgap.reports.check import layout_verdict
 
-    facts = describe_folder(folder)
+    try:
+        facts = describe_folder(folder)
+    except ValueError as exc:
+        raise DecomposeError(str(exc)) from exc
     if facts["layout"] == "dflash" and facts["layout_field"] is None:
         raise DecomposeError(f"{folder / 'config.json'} declares no block layout: add "
                              '"sample_from_anchor": false if the drafter was trained 1+N (row 0 '

@@ -515,3 +515,42 @@ def test_a_mask_embedding_for_another_token_is_refused(target, tmp_path):
     torch.save({**mask, "mask_token_id": 5}, folder / "mask_embedding.pt")
     with pytest.raises(ValueError, match="mask token"):
         import_drafter(folder, target)
+
+
+def test_each_injected_fault_changes_what_the_folder_says_or_holds(target, tmp_path):
+    """The export faults of floorgap.models.export_faults on an exported DFlash folder (with a
+    trained mask embedding): each changes its config or weights as named; unknown names and a
+    folder without a layout to flip are refused."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from floorgap.models.export_faults import FAULTS, inject_fault
+
+    drafter = make("dflash", target, mask_embedding=True)
+    base = export_drafter(drafter, tmp_path / "base", "dflash")
+    config = json.loads((base / "config.json").read_text())
+    fc = load_file(str(base / "model.safetensors"))["fc.weight"]
+    for fault in FAULTS:
+        folder = Path(shutil.copytree(base, tmp_path / fault))
+        inject_fault(folder, fault)
+        now = json.loads((folder / "config.json").read_text())
+        moved = {k for k in set(config) | set(now) if config.get(k) != now.get(k)}
+        if fault == "layout-flipped":
+            assert moved == {"sample_from_anchor"} and now["sample_from_anchor"] is True
+        elif fault == "taps-offset":
+            assert moved == {"dflash_config"}
+            assert now["dflash_config"]["target_layer_ids"] == [t + 1 for t in TAPS]
+        elif fault == "fc-permuted":
+            half = fc.shape[1] // 2
+            swapped = load_file(str(folder / "model.safetensors"))["fc.weight"]
+            assert torch.equal(swapped, torch.cat([fc[:, half:], fc[:, :half]], dim=1))
+        else:
+            assert not moved and not (folder / "mask_embedding.pt").exists()
+    with pytest.raises(ValueError, match="unknown fault"):
+        inject_fault(base, "nope")
+    del config["sample_from_anchor"]
+    (base / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="declares no layout"):
+        inject_fault(base, "layout-flipped")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from floorgap.models.export_faults import inject_fault
 from floorgap.sampling import SamplingLaw
 
 from conftest import permute_taps
@@ -67,19 +68,13 @@ def _wrong_mask(cfg: dict) -> None:
             where["mask_token_id"] = int(where["mask_token_id"]) - 1
 
 
-def _offset_taps(cfg: dict) -> None:
-    # the target-layer index off by one: the features of layer L + 1 fed for L
-    for where in (cfg, cfg.get("dflash_config", {})):
-        if "target_layer_ids" in where:
-            where["target_layer_ids"] = [int(t) + 1 for t in where["target_layer_ids"]]
-
-
 FAULTS = {
     "correct": None,
     "rows-shifted": lambda f: _edit_config(f, _shift_rows),
     "wrong-mask-token": lambda f: _edit_config(f, _wrong_mask),
     "taps-permuted": permute_taps,
-    "taps-offset": lambda f: _edit_config(f, _offset_taps),
+    # the target-layer index off by one: the features of layer L + 1 fed for L
+    "taps-offset": lambda f: inject_fault(f, "taps-offset"),
 }
 #: What the diagnosis against the reference names for each fault.
 NAMED = {"correct": None, "rows-shifted": "block layout flipped: the folder reads as ",

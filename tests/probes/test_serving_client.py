@@ -13,15 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from floorgap.errors import StageError
-from floorgap.probes.serving import (
-    EngineCounts,
-    EngineSpec,
-    ServingRow,
-    parse_vllm_counts,
-    read_engine_counts,
-    serve_run,
-    sglang_spec_counts,
-)
+from floorgap.probes.engine_counts import EngineCounts, parse_vllm_counts, read_engine_counts
+from floorgap.probes.serving import EngineSpec, ServingRow, serve_run, sglang_spec_counts
 
 
 def _chunks(completion: list[int], meta: dict) -> list[dict]:

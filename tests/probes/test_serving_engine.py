@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from floorgap.errors import StageError
+from floorgap.probes.engine_counts import settled_engine_counts
 from floorgap.probes.serving import (
     EngineSpec,
     ServingRow,
@@ -24,7 +25,6 @@ from floorgap.probes.serving import (
     port_taken,
     running_engine,
     serve_run,
-    settled_engine_counts,
 )
 
 from conftest import SERVING_PYTHON

@@ -358,7 +358,8 @@ def slot_acceptance_tests(accepted: Tensor, tv: Tensor, observed: Tensor | None 
     and variances are :func:`acceptance_test`'s.
 
     It sets an engine's count of accepted drafts per position (vLLM's
-    ``num_accepted_tokens_per_pos``) against the offline prediction of the same rounds.
+    ``num_accepted_tokens_per_pos``) against the offline prediction of the same rounds (paper
+    App. H.3's served-vs-offline check, slot by slot).
 
     Parameters
     ----------

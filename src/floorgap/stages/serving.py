@@ -138,13 +138,8 @@ def serve_runs(engine: Any, spec: dict[str, Any], rows: dict[str, list[Any]],
     """(requests, runs, how many runs were read back): every run of the spec, journalled ones
     read back and the others served and journalled, in the order temperature, concurrency,
     task."""
-    from floorgap.probes.serving import (
-        ServedRequest,
-        ServedRun,
-        running_engine,
-        serve_run,
-        settled_engine_counts,
-    )
+    from floorgap.probes.engine_counts import settled_engine_counts
+    from floorgap.probes.serving import ServedRequest, ServedRun, running_engine, serve_run
     from floorgap.progress import progress
     from floorgap.records import Journal, fingerprint, sha256_file
     from floorgap.seeds import derive_seed
