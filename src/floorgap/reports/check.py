@@ -34,11 +34,18 @@ it states:
   most :data:`SERVED_Z`), and at temperature 0 at least :data:`GREEDY_SHARE` of the rounds are
   reproduced; else "engine or layout fault" with the statistics and the first divergent round;
   and "cannot tell" where too few drafts are accepted for a fault to show
-  (:data:`MIN_DRAFTS`, :data:`MIN_ACTIVE_ROUNDS`).
+  (:data:`MIN_DRAFTS`, :data:`MIN_ACTIVE_ROUNDS`). A fault is named where the rounds replayed
+  under it (:func:`floorgap.probes.serving_replay.fault_hypotheses`: the rows in the other block
+  layout, the taps one layer off) pass the tests the faithful replay fails;
+* **counters**: what the engine counted itself over the served runs (vLLM's /metrics) against
+  the per-request records (equal, else "fault of the reading") and, per slot at T > 0, against
+  the replay's predicted acceptance (|z| at most :data:`SERVED_Z`);
+* **layout**: the block layout the folder declares against the one the check's engine runs
+  (:data:`floorgap.models.engine_formats.ENGINE_LAYOUTS`), known before anything is served.
 
 Which faults the offline part alone sees: with a reference, every fault of the folder (block
-rows shifted, a wrong mask token, the taps' columns permuted) shows in the export verdict before
-anything is served. Without one, none does: the folder reads as a drafter and its numbers look
+rows shifted, a wrong mask token, the taps' columns permuted, the taps offset) shows in the
+export verdict before anything is served, named from the folder beside the reference. Without one, none does: the folder reads as a drafter and its numbers look
 like a poorly trained one's. The served part then still shows where the engine reads the folder
 otherwise than floorgap does (or samples otherwise, like the CPU sampler fault
 :mod:`floorgap.engine_plugins` mends), but not a fault both read alike.
