@@ -138,7 +138,7 @@ def check_spec(drafters=("mine", "other", "theirs"), pairs=(("mine", "other"),
 
 def test_the_verdicts_follow_the_numbers_and_their_thresholds(summaries) -> None:
     from floorgap.reports.check import FLOOR_SHARE, build_check
-    from floorgap.reports.gap_items import GapSummary
+    from floorgap.reports.common import GapSummary
 
     report = build_check(*summaries, check_spec())
     gaps = GapSummary(summaries[0])
@@ -391,7 +391,7 @@ def test_the_config_says_why_a_folder_is_not_served() -> None:
 
 def test_comparisons_are_the_paired_differences_with_their_intervals(summaries) -> None:
     from floorgap.reports.check import build_check
-    from floorgap.reports.gap_items import GapSummary
+    from floorgap.reports.common import GapSummary
 
     report = build_check(*summaries, check_spec())
     gaps = GapSummary(summaries[0])

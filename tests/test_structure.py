@@ -370,3 +370,25 @@ def test_the_module_length_check_finds_a_long_module_without_a_reason() -> None:
     body = "x = 1\n" * 5
     sources = {"a": '"""Short."""\n' + body, "b": '"""Long.\n\nSize: one concept."""\n' + body}
     assert long_modules_without_reason(sources, limit=3) == ["a"]
+
+
+def private_imports(source: str) -> list[str]:
+    """``module._name`` for every private name ``source`` imports from another floorgap
+    module: a helper two modules share has one public home instead."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("floorgap"):
+            found += [f"{node.module}.{a.name}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_private_name_is_imported_across_modules() -> None:
+    found = {m: bad for m, s in package_sources().items() if (bad := private_imports(s))}
+    assert found == {}, f"give these helpers a public name in one module: {found}"
+
+
+def test_the_private_import_check_finds_one() -> None:
+    assert private_imports("from floorgap.reports.common import GapSummary, _ci\n") == [
+        "floorgap.reports.common._ci"]
+    assert private_imports("from floorgap import __version__\nimport floorgap._x\n") == []

@@ -150,6 +150,7 @@ def test_check_command_writes_the_page_and_reuses_the_floors(smoke_target, smoke
     assert max(s["max_abs_dq"] for s in fidelity["slots"]) < 1e-5
     assert "exported's folder reads as the weights it was exported from" in md
     assert "export or layout fault: faulty's folder does not read as" in md
+    assert "fc input columns permuted: the folder's fusion reads the taps' feature blocks" in md
     # served: one row per task at each temperature, one request in flight
     tasks, temps = list(cfg["serving"]["tasks"]), cfg["serving"]["temperatures"]
     for name in names:
@@ -164,6 +165,14 @@ def test_check_command_writes_the_page_and_reuses_the_floors(smoke_target, smoke
         assert f"{name} in vllm, replayed with {weights}" in engine[name]
     assert ("the engine serves what the weights predict" in engine["exported"]
             or "the served rounds cannot tell" in engine["exported"]), engine["exported"]
+    # what vLLM counted itself (its /metrics) equals its per-request records, slot by slot
+    for name in names:
+        counted = next(line for line in md.splitlines()
+                       if f" {name} in vllm, accepted/reached by slot at T = 1" in line)
+        assert "they equal the per-request records" in counted, counted
+    assert "the engine's counters agree with the replay at every slot: exported" in md
+    # the export declares its layout, the one vLLM runs
+    assert "exported's folder declares 1+N (sample_from_anchor), the layout vllm runs" in md
     later = _export(smoke_target, tmp_path / "draft-c", seed=5)
     # another drafter on the same target: only what depends on the drafter would run
     again = subprocess.run([sys.executable, "-m", "floorgap", "check", str(later),

@@ -48,7 +48,7 @@ def budget_inputs(tmp_path_factory):
 
 def test_study_runs_read_risk_blocks_steps_and_settings(budget_inputs):
     from floorgap.reports.budget_items import _parts, study_runs
-    from floorgap.reports.gap_items import GapSummary
+    from floorgap.reports.common import GapSummary
 
     inputs, spec = budget_inputs
     runs = study_runs(inputs, spec)

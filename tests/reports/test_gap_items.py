@@ -120,7 +120,7 @@ def _run_item(name, summary, tmp_path, spec=None, served=None):
 def test_table10_trajectory_reads_every_epoch(tmp_path):
     import pandas as pd
 
-    from floorgap.reports.gap_items import GapSummary
+    from floorgap.reports.common import GapSummary
 
     # the final weights are the last epoch: the stage relabels them
     summary = _summarise(tmp_path, {"ours@epoch-1": {"order": 1}, "ours@epoch-2": {"order": 1},
@@ -219,7 +219,7 @@ def test_fig5_compares_every_targets_final_slot(summary_path, tmp_path):
     """Two targets (the same summary twice, and a second built from other draws): one bar pair per
     target, and the cross-target ranges of G0/R and G1/R^oracle follow the summaries."""
     from floorgap.records import read_metadata, read_table, write_table
-    from floorgap.reports.gap_items import GapSummary
+    from floorgap.reports.common import GapSummary
     from floorgap.reports.reach_items import fig5_cross_target
     from floorgap.stages.gaps import build_parser as stage_parser
     from floorgap.stages.gaps import main as stage_main
@@ -250,7 +250,7 @@ def test_lookup_tables_get_rows_lines_and_a_verdict(tmp_path):
     import pandas as pd
 
     from floorgap.analysis.lookup_verdicts import lookup_verdicts
-    from floorgap.reports.gap_items import GapSummary
+    from floorgap.reports.common import GapSummary
 
     variants = {"dflash": {"order": 0}, "dspark": {"order": 1}, "ours": {"order": 1},
                 "bigram_committed": {"order": 0}, "bigram": {"order": 1}}

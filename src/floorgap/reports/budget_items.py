@@ -31,18 +31,16 @@ import pandas as pd
 
 from floorgap.records import best_epoch
 from floorgap.reports.common import (
+    GapSummary,
+    epoch_of,
     fmt,
     fmt_signed,
+    gap_ci,
     item_figure,
     macro_name,
     save_item_figure,
     tex_text,
-)
-from floorgap.reports.gap_items import (
-    GapSummary,
-    _ci,
-    _epoch_of,
-    _table,
+    write_item_table,
 )
 
 __all__ = ["figE_drafter_learning", "tableE_drafter_budget", "study_runs"]
@@ -105,7 +103,7 @@ def study_runs(inputs: Mapping[str, Path], spec: Mapping[str, Any]) -> pd.DataFr
     tables = spec.get("lookups") or {}
     rows = []
     for label in s.variants:
-        parsed = _epoch_of(label)
+        parsed = epoch_of(label)
         drafter, epoch = parsed if parsed is not None else (label, None)
         if drafter not in spec["budget"]:
             continue
@@ -272,10 +270,10 @@ def tableE_drafter_budget(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
         rows.append([tex_text(name), *settings, str(int(r["blocks"])),
                      str(int(r["steps"])) if r["weights"] != "table" else "--",
                      *[fmt(r[f"R_{k}"], 2) for k in ks],
-                     fmt(r["tau"], 2), _ci(s, "tau", r["label"], digits=2)])
+                     fmt(r["tau"], 2), gap_ci(s, "tau", r["label"], digits=2)])
     header = ["Drafter", "Layers", "Objective", "Init", "Vocab", "Mask", "Blocks", "Steps",
               *[f"$R_{{{k}}}$" for k in ks], "$\\tau$", "95\\% CI"]
-    _table(rows, header, "tableE_drafter_budget", out_dir, runs.to_dict("records"))
+    write_item_table(rows, header, "tableE_drafter_budget", out_dir, runs.to_dict("records"))
     values = {}
     for _, r in runs[runs["weights"] != "epoch"].iterrows():
         stem = r["drafter"]

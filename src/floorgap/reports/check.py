@@ -72,7 +72,7 @@ from floorgap.reports.decomposition import (
     plain_interval,
     plain_number,
 )
-from floorgap.reports.gap_items import GapSummary
+from floorgap.reports.common import GapSummary
 
 __all__ = ["FIDELITY_TV", "FLOOR_SHARE", "GREEDY_SHARE", "MIN_ACTIVE_ROUNDS", "MIN_DRAFTS",
            "ORDER_PARTS", "SERVED_Z", "CheckReport", "Comparison", "DrafterCheck", "ServedCheck",

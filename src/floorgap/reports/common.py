@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from floorgap.records import atomic_path, read_metadata, read_table
@@ -249,3 +250,64 @@ class ServedSummary:
     def rows_of(self, task: str) -> int:
         hit = self.df[(self.df["statistic"] == "rows") & (self.df["task"] == task)]
         return int(hit["estimate"].iloc[0])
+
+
+class GapSummary(LongSummary):
+    """Lookup over the long-format gaps summary."""
+
+    columns = LongSummary.columns | {"variant"}
+    kind = "gaps summary"
+
+    def __init__(self, path: str | Path):
+        super().__init__(path)
+        self.gamma = int(self.meta.get("gamma") or self.df["slot"].max() + 1)
+        self.last = self.gamma - 1
+        self.slots = list(range(self.gamma))
+        # Variant blocks (not contrasts "a-b") are the ones that state their order.
+        self.variants = sorted(self.df.loc[self.df["statistic"] == "order", "variant"].unique())
+
+    def get(self, statistic: str, variant: str, slot: int = -1, domain: str = "all",
+            field: str = "estimate") -> float:
+        df = self.df
+        row = df[(df["statistic"] == statistic) & (df["variant"] == variant)
+                 & (df["domain"] == domain) & (df["slot"] == slot)]
+        return float(row[field].iloc[0]) if len(row) else float("nan")
+
+    def series(self, statistic: str, variant: str, slots: list[int], domain: str = "all"
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return tuple(np.array([self.get(statistic, variant, k, domain, f) for k in slots])
+                     for f in ("estimate", "lower", "upper"))
+
+    def require(self, variant: str) -> None:
+        if variant not in self.variants:
+            raise ValueError(f"{self.path} has no variant {variant!r} (has {self.variants})")
+
+
+def role_variants(spec: Mapping[str, Any]) -> tuple[str, str, str]:
+    """The variants in the roles order-0 baseline, order-1 baseline and ours (config
+    ``drafters.roles``, handed over as ``spec["roles"]``)."""
+    roles = spec.get("roles")
+    if not isinstance(roles, Mapping) or any(r not in roles for r in ("order0", "order1", "ours")):
+        raise ValueError("the item's spec lacks roles {order0, order1, ours} (config "
+                         "drafters.roles names the variant of each role)")
+    return str(roles["order0"]), str(roles["order1"]), str(roles["ours"])
+
+
+#: The macro stem of each role: the paper's text cites numbers by role (\fgDflash..., \fgDspark...,
+#: \fgOurs...), whatever the variants of a config are called.
+
+
+def gap_ci(s: GapSummary, stat: str, v: str, k: int = -1, digits: int = 3) -> str:
+    return fmt_interval(s.get(stat, v, k, field="lower"), s.get(stat, v, k, field="upper"), digits)
+
+
+def write_item_table(rows: list[list[Any]], header: list[str], name: str, out_dir: Path,
+           csv_rows: list[dict]) -> None:
+    latex = pd.DataFrame(rows, columns=header)
+    write_table(pd.DataFrame(csv_rows), name, tex_dir=out_dir, latex=latex)
+
+
+def epoch_of(label: str) -> tuple[str, int] | None:
+    """``("ours", 3)`` for the trajectory label ``ours@epoch-3``; ``None`` otherwise."""
+    variant, sep, weights = label.rpartition("@epoch-")
+    return (variant, int(weights)) if sep and weights.isdigit() else None

@@ -35,7 +35,7 @@ import pandas as pd
 from floorgap.analysis.lookup_verdicts import LOOKUP_DIFF, LookupVerdict, lookup_verdicts
 from floorgap.records import atomic_path
 from floorgap.reports.common import LongSummary, fmt, fmt_interval, fmt_pct, tex_text
-from floorgap.reports.gap_items import GapSummary
+from floorgap.reports.common import GapSummary
 
 __all__ = ["COLUMNS", "ORDER_STATS", "Decomposition", "by_slot_cells", "decompose",
            "plain_interval", "plain_number", "write_decomposition"]

@@ -32,22 +32,25 @@ from floorgap.analysis.lookup_verdicts import lookup_verdicts
 from floorgap.config import KIND_ORDER
 from floorgap.reports.common import (
     ROLE_STEMS,
-    LongSummary,
+    GapSummary,
     ServedSummary,
     fmt,
     fmt_interval,
     fmt_pct,
     fmt_pct_interval,
     fmt_signed,
+    epoch_of,
+    gap_ci,
     item_figure,
     macro_name,
     role_stem,
+    role_variants,
     save_item_figure,
+    write_item_table,
     write_table,
 )
 
 __all__ = [
-    "GapSummary",
     "fig4_drafter_decomposition",
     "fig6_slot_priority",
     "fig7_prefix_attention",
@@ -72,37 +75,6 @@ LABELS = {"dflash": "DFlash", "dspark": "DSpark", "ours": "Ours",
           "bigram": "bigram table"}
 
 
-class GapSummary(LongSummary):
-    """Lookup over the long-format gaps summary."""
-
-    columns = LongSummary.columns | {"variant"}
-    kind = "gaps summary"
-
-    def __init__(self, path: str | Path):
-        super().__init__(path)
-        self.gamma = int(self.meta.get("gamma") or self.df["slot"].max() + 1)
-        self.last = self.gamma - 1
-        self.slots = list(range(self.gamma))
-        # Variant blocks (not contrasts "a-b") are the ones that state their order.
-        self.variants = sorted(self.df.loc[self.df["statistic"] == "order", "variant"].unique())
-
-    def get(self, statistic: str, variant: str, slot: int = -1, domain: str = "all",
-            field: str = "estimate") -> float:
-        df = self.df
-        row = df[(df["statistic"] == statistic) & (df["variant"] == variant)
-                 & (df["domain"] == domain) & (df["slot"] == slot)]
-        return float(row[field].iloc[0]) if len(row) else float("nan")
-
-    def series(self, statistic: str, variant: str, slots: list[int], domain: str = "all"
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return tuple(np.array([self.get(statistic, variant, k, domain, f) for k in slots])
-                     for f in ("estimate", "lower", "upper"))
-
-    def require(self, variant: str) -> None:
-        if variant not in self.variants:
-            raise ValueError(f"{self.path} has no variant {variant!r} (has {self.variants})")
-
-
 def _summary(inputs: Mapping[str, Path]) -> GapSummary:
     if "summary" not in inputs:
         raise ValueError("this item needs --summary (the gaps summary parquet)")
@@ -125,27 +97,16 @@ def _served_cell(served: Mapping[str, pd.Series], name: str) -> str:
     return fmt(served[name]["estimate"], 3) if name in served else "--"
 
 
-def _names(spec: Mapping[str, Any]) -> tuple[str, str, str]:
-    """The variants in the roles order-0 baseline, order-1 baseline and ours (config
-    ``drafters.roles``, handed over as ``spec["roles"]``)."""
-    roles = spec.get("roles")
-    if not isinstance(roles, Mapping) or any(r not in roles for r in ("order0", "order1", "ours")):
-        raise ValueError("the item's spec lacks roles {order0, order1, ours} (config "
-                         "drafters.roles names the variant of each role)")
-    return str(roles["order0"]), str(roles["order1"]), str(roles["ours"])
 
-
-#: The macro stem of each role: the paper's text cites numbers by role (\fgDflash..., \fgDspark...,
-#: \fgOurs...), whatever the variants of a config are called.
 def _stem(spec: Mapping[str, Any], variant: str) -> str:
     """The macro stem of ``variant`` (:func:`floorgap.reports.common.role_stem`); the roles
     are checked first."""
-    return role_stem(dict(zip(ROLE_STEMS, _names(spec))), variant)
+    return role_stem(dict(zip(ROLE_STEMS, role_variants(spec))), variant)
 
 
 def _baseline_variants(s: GapSummary, spec: Mapping[str, Any]) -> list[str]:
     """The order-0 and order-1 baselines present in the summary (at least one is required)."""
-    v0, v1, _ = _names(spec)
+    v0, v1, _ = role_variants(spec)
     variants = [v for v in (v0, v1) if v in s.variants]
     if not variants:
         raise ValueError(f"{s.path} has neither {v0!r} nor {v1!r}")
@@ -182,7 +143,7 @@ def _lookup_lines(ax, s: GapSummary, spec: Mapping[str, Any], order: int, stat: 
 def _lookup_sentence(s: GapSummary, spec: Mapping[str, Any]) -> str:
     """The paper's verdict on the lookup tables: where each role's drafter loses to one of
     its order, or that every drafter beats them at every slot."""
-    v0, v1, vo = _names(spec)
+    v0, v1, vo = role_variants(spec)
     pairs = [[d, t] for d in dict.fromkeys((v0, v1, vo)) if d in s.variants
              for t in _lookups(s, spec, 1 if d != v0 else 0)]
     if not pairs:
@@ -192,16 +153,6 @@ def _lookup_sentence(s: GapSummary, spec: Mapping[str, Any]) -> str:
         return "Every drafter beats its lookup tables at every slot."
     return "; ".join(f"{_label(v.drafter)} loses to a lookup table ({_lookup_label(spec, v.table)})"
                      f" at slots {', '.join(map(str, v.loses))}" for v in losses) + "."
-
-
-def _ci(s: GapSummary, stat: str, v: str, k: int = -1, digits: int = 3) -> str:
-    return fmt_interval(s.get(stat, v, k, field="lower"), s.get(stat, v, k, field="upper"), digits)
-
-
-def _table(rows: list[list[Any]], header: list[str], name: str, out_dir: Path,
-           csv_rows: list[dict]) -> None:
-    latex = pd.DataFrame(rows, columns=header)
-    write_table(pd.DataFrame(csv_rows), name, tex_dir=out_dir, latex=latex)
 
 
 def _long(s: GapSummary, stats: list[str], variants: list[str], slots: list[int]) -> list[dict]:
@@ -224,27 +175,27 @@ def table5_dflash(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: 
                   ) -> dict[str, str]:
     """Table 5: DFlash T0, R, G0 with its interval and G0/R per slot."""
     s = _summary(inputs)
-    v, _, _ = _names(spec)
+    v, _, _ = role_variants(spec)
     s.require(v)
     ks = s.slots
     rows = [["$T^{(0)}$", *[fmt(s.get("T0", v, k), 2) for k in ks]],
             ["$R$", *[fmt(s.get("R", v, k), 2) for k in ks]],
             ["$G^{(0)}=R-T^{(0)}$", *[fmt(s.get("G0", v, k), 2) for k in ks]],
-            ["95\\% CI on $G^{(0)}$", *[_ci(s, "G0", v, k) for k in ks]],
+            ["95\\% CI on $G^{(0)}$", *[gap_ci(s, "G0", v, k) for k in ks]],
             ["$G^{(0)}/R$", *[fmt_pct(s.get("G0_share", v, k)) for k in ks]]]
     tables = _lookups(s, spec, 0)
     rows += [[f"$R$, {_lookup_label(spec, t)}", *[fmt(s.get("R", t, k), 2) for k in ks]]
              for t in tables]
     csv = _long(s, ["T0", "R", "G0", "G0_share"], [v], ks) + _long(s, ["R"], tables, ks)
     csv += _long(s, ["diff_R"], [f"{v}-{t}" for t in tables], ks)
-    _table(rows, ["slot", *map(str, ks)], "table5_dflash", out_dir, csv)
+    write_item_table(rows, ["slot", *map(str, ks)], "table5_dflash", out_dir, csv)
     L = s.last
     return {
         macro_name("lookup", "verdict"): _lookup_sentence(s, spec),
         macro_name("dflash", "risk", "last"): fmt(s.get("R", v, L), 2),
         macro_name("dflash", "floor", "last"): fmt(s.get("T0", v, L), 2),
         macro_name("dflash", "gap", "last"): fmt(s.get("G0", v, L), 2),
-        macro_name("dflash", "gap", "last", "CI"): _ci(s, "G0", v, L),
+        macro_name("dflash", "gap", "last", "CI"): gap_ci(s, "G0", v, L),
         macro_name("dflash", "gap", "share", "last"): fmt_pct(s.get("G0_share", v, L)),
         macro_name("dflash", "gap", "first"): fmt(s.get("G0", v, 0), 2),
     }
@@ -261,14 +212,14 @@ def table6_dspark(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: 
     R^oracle, G1 with its interval, exposure and R^self; then the importance route's T1 and G1
     share on every path as the second estimate."""
     s = _summary(inputs)
-    _, v, _ = _names(spec)
+    _, v, _ = role_variants(spec)
     s.require(v)
     ks = _table6_slots(s, spec)
     rows = [["covered mass $c$", *[fmt(s.get("covered_mass", v, k), 2) for k in ks]],
             ["$T^{(1)}$ (split-half)", *[fmt(s.get("T1", v, k), 2) for k in ks]],
             ["$R^{\\mathrm{oracle}}$", *[fmt(s.get("R_oracle", v, k), 2) for k in ks]],
             ["$G^{(1)}$", *[fmt(s.get("G1", v, k), 2) for k in ks]],
-            ["95\\% CI on $G^{(1)}$", *[_ci(s, "G1", v, k) for k in ks]],
+            ["95\\% CI on $G^{(1)}$", *[gap_ci(s, "G1", v, k) for k in ks]],
             ["$E^{\\mathrm{expo}}$", *[fmt(s.get("exposure", v, k), 2) for k in ks]],
             ["$R^{\\mathrm{self}}$", *[fmt(s.get("R_self", v, k), 2) for k in ks]],
             ["$T^{(1)}$ (importance)", *[fmt(s.get("T1_reweighted", v, k), 2) for k in ks]],
@@ -282,7 +233,7 @@ def table6_dspark(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: 
                     "G1_share_reweighted"], [v], ks)
     csv += _long(s, ["R_oracle", "R_self"], tables, ks)
     csv += _long(s, ["diff_R_oracle"], [f"{v}-{t}" for t in tables], ks)
-    _table(rows, ["slot", *map(str, ks)], "table6_dspark", out_dir, csv)
+    write_item_table(rows, ["slot", *map(str, ks)], "table6_dspark", out_dir, csv)
     L = s.last
     return {
         macro_name("dspark", "covered", "mass", "last"): fmt(s.get("covered_mass", v, L), 2),
@@ -291,7 +242,7 @@ def table6_dspark(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: 
         macro_name("dspark", "floor", "last"): fmt(s.get("T1", v, L), 2),
         macro_name("dspark", "oracle", "risk", "last"): fmt(s.get("R_oracle", v, L), 2),
         macro_name("dspark", "gap", "last"): fmt(s.get("G1", v, L), 2),
-        macro_name("dspark", "gap", "last", "CI"): _ci(s, "G1", v, L),
+        macro_name("dspark", "gap", "last", "CI"): gap_ci(s, "G1", v, L),
         macro_name("dspark", "gap", "share", "last"): fmt_pct(s.get("G1_share", v, L)),
         macro_name("dspark", "exposure", "last"): fmt(s.get("exposure", v, L), 2),
         macro_name("dspark", "self", "risk", "last"): fmt(s.get("R_self", v, L), 2),
@@ -302,7 +253,7 @@ def table7_serving_risk(inputs: Mapping[str, Path], spec: Mapping[str, Any], out
                         ) -> dict[str, str]:
     """Table 7: free vs serving-weighted risk (slots >= 1) for both released drafters."""
     s = _summary(inputs)
-    v0, v1, _ = _names(spec)
+    v0, v1, _ = role_variants(spec)
     ks = s.slots[1:]
     rows, values = [], {}
     for v, free_label in ((v0, "R_{k}"), (v1, "R_{k}^{\\mathrm{oracle}}")):
@@ -313,7 +264,7 @@ def table7_serving_risk(inputs: Mapping[str, Path], spec: Mapping[str, Any], out
                  [f"{name} $R_{{k}}^{{\\mathrm{{serve}}}}$",
                   *[fmt(s.get("R_serve", v, k), 2) for k in ks]],
                  ["difference", *[fmt_signed(s.get("R_serve_minus_free", v, k)) for k in ks]],
-                 ["95\\% CI", *[_ci(s, "R_serve_minus_free", v, k) for k in ks]]]
+                 ["95\\% CI", *[gap_ci(s, "R_serve_minus_free", v, k) for k in ks]]]
         L = s.last
         values[macro_name(_stem(spec, v), "free", "risk", "last")] = fmt(s.get("R_free", v, L), 3)
         values[macro_name(_stem(spec, v), "serve", "risk", "last")] = fmt(s.get("R_serve", v, L), 3)
@@ -321,7 +272,7 @@ def table7_serving_risk(inputs: Mapping[str, Path], spec: Mapping[str, Any], out
             s.get("R_serve_minus_free", v, L))
     if not rows:
         raise ValueError(f"{s.path} has neither {v0!r} nor {v1!r}")
-    _table(rows, ["slot $k$", *map(str, ks)], "table7_serving_risk", out_dir,
+    write_item_table(rows, ["slot $k$", *map(str, ks)], "table7_serving_risk", out_dir,
            _long(s, ["R_free", "R_serve", "R_serve_minus_free"],
                  [v for v in (v0, v1) if v in s.variants], ks))
     return values
@@ -331,7 +282,7 @@ def table8_dependence(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_d
                       ) -> dict[str, str]:
     """Table 8: D_k per slot; tau joint vs tau independent in the values."""
     s = _summary(inputs)
-    v0, v1, _ = _names(spec)
+    v0, v1, _ = role_variants(spec)
     variants = _baseline_variants(s, spec)
     rows, values = [], {}
     for v in variants:
@@ -340,10 +291,10 @@ def table8_dependence(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_d
         values[macro_name(_stem(spec, v), "tau")] = fmt(s.get("tau", v), 3)
         values[macro_name(_stem(spec, v), "tau", "independent")] = fmt(s.get("tau_independent", v), 3)
         values[macro_name(_stem(spec, v), "tau", "gap")] = fmt(s.get("tau_gap", v), 3)
-        values[macro_name(_stem(spec, v), "tau", "gap", "CI")] = _ci(s, "tau_gap", v)
+        values[macro_name(_stem(spec, v), "tau", "gap", "CI")] = gap_ci(s, "tau_gap", v)
     csv = _long(s, ["D", "S", "marginal"], variants, s.slots)
     csv += _long(s, ["tau", "tau_independent", "tau_gap"], variants, [-1])
-    _table(rows, ["slot $k$", *map(str, s.slots)], "table8_dependence", out_dir, csv)
+    write_item_table(rows, ["slot $k$", *map(str, s.slots)], "table8_dependence", out_dir, csv)
     return values
 
 
@@ -351,7 +302,7 @@ def table12_ours_vs_dspark(inputs: Mapping[str, Path], spec: Mapping[str, Any], 
                            ) -> dict[str, str]:
     """Table 12: T1, R^oracle and R^self per slot for DSpark and ours."""
     s = _summary(inputs)
-    _, v1, vo = _names(spec)
+    _, v1, vo = role_variants(spec)
     s.require(v1)
     s.require(vo)
     ks = s.slots
@@ -389,14 +340,8 @@ def table12_ours_vs_dspark(inputs: Mapping[str, Path], spec: Mapping[str, Any], 
         macro_name("ours", "vs", "dspark", "self", "risk", "last"): fmt(s.get("R_self", v1, L), 2),
         macro_name("ours", "tau"): fmt(s.get("tau", vo), 3),
         macro_name("ours", "vs", "dspark", "tau", "change"): fmt_signed(s.get("diff_tau", pair), 3),
-        macro_name("ours", "vs", "dspark", "tau", "change", "CI"): _ci(s, "diff_tau", pair),
+        macro_name("ours", "vs", "dspark", "tau", "change", "CI"): gap_ci(s, "diff_tau", pair),
     }
-
-
-def _epoch_of(label: str) -> tuple[str, int] | None:
-    """``("ours", 3)`` for the trajectory label ``ours@epoch-3``; ``None`` otherwise."""
-    variant, sep, weights = label.rpartition("@epoch-")
-    return (variant, int(weights)) if sep and weights.isdigit() else None
 
 
 def table10_trajectory(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
@@ -407,7 +352,7 @@ def table10_trajectory(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
     s = _summary(inputs)
     runs: dict[str, dict[int, str]] = {}
     for label in s.variants:
-        parsed = _epoch_of(label)
+        parsed = epoch_of(label)
         if parsed is not None:
             runs.setdefault(parsed[0], {})[parsed[1]] = label
     if not runs:
@@ -421,7 +366,7 @@ def table10_trajectory(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
         taus = [s.get("tau", by_epoch[e]) if e in by_epoch else math.nan for e in epochs]
         # the served drafter is the variant's final weights: its last epoch
         rows.append([_label(v), *[fmt(t, 3) for t in taus], _served_cell(served, v)])
-        rows.append(["95\\% CI", *[_ci(s, "tau", by_epoch[e]) if e in by_epoch else "--"
+        rows.append(["95\\% CI", *[gap_ci(s, "tau", by_epoch[e]) if e in by_epoch else "--"
                                      for e in epochs],
                      fmt_interval(served[v]["lower"], served[v]["upper"])
                      if v in served else "--"])
@@ -439,7 +384,7 @@ def table10_trajectory(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
         values[macro_name(_stem(spec, v), "trajectory", "tau", "last")] = fmt(last, 2)
         values[macro_name(_stem(spec, v), "trajectory", "epochs")] = str(done[-1])
         values[macro_name(_stem(spec, v), "trajectory", "gain")] = fmt_signed(last - first, 3)
-    _table(rows, ["Epoch", *map(str, epochs), "Served ($T=1$)"], "table10_trajectory", out_dir,
+    write_item_table(rows, ["Epoch", *map(str, epochs), "Served ($T=1$)"], "table10_trajectory", out_dir,
            csv)
     return values
 
@@ -464,7 +409,7 @@ def table13_components(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
         tau = s.get("tau", a)
         diff = math.nan if a == base else s.get("diff_tau", pair)
         rows.append([_label(a), fmt(tau, 3), "--" if a == base else fmt_signed(diff, 3),
-                     "--" if a == base else _ci(s, "diff_tau", pair), _served_cell(served, a)])
+                     "--" if a == base else gap_ci(s, "diff_tau", pair), _served_cell(served, a)])
         csv.append({"arm": a, "baseline": base, "tau": tau,
                     "tau_lower": s.get("tau", a, field="lower"),
                     "tau_upper": s.get("tau", a, field="upper"), "change": diff,
@@ -477,7 +422,7 @@ def table13_components(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
             values[macro_name("components", a, "change")] = fmt_signed(diff, 3)
     best = max(arms, key=lambda a: s.get("tau", a))
     values[macro_name("components", "best")] = _label(best)
-    _table(rows, ["One-epoch configuration", "Accepted length", "Change from baseline",
+    write_item_table(rows, ["One-epoch configuration", "Accepted length", "Change from baseline",
                   "95\\% CI", "Served ($T=1$)"], "table13_components", out_dir, csv)
     return values
 
@@ -486,13 +431,13 @@ def tableF5_single_slot(inputs: Mapping[str, Path], spec: Mapping[str, Any], out
                         ) -> dict[str, str]:
     """Table F.5: held-out single-slot best-response gains per slot with intervals."""
     s = _summary(inputs)
-    v0, v1, _ = _names(spec)
+    v0, v1, _ = role_variants(spec)
     variants = _baseline_variants(s, spec)
     rows, values = [], {}
     for v in variants:
         rows.append([f"{_label(v)} $\\Delta\\tau_{{k}}^{{\\mathrm{{BR}}}}$",
                      *[fmt(s.get("dtau_br", v, k), 3) for k in s.slots]])
-        rows.append(["95\\% CI", *[_ci(s, "dtau_br", v, k) for k in s.slots]])
+        rows.append(["95\\% CI", *[gap_ci(s, "dtau_br", v, k) for k in s.slots]])
         gains = [s.get("dtau_br", v, k) for k in s.slots]
         opt = [s.get("dtau_br_optimism", v, k) for k in s.slots]
         values[macro_name(_stem(spec, v), "best", "response", "first")] = fmt(gains[0], 3)
@@ -500,7 +445,7 @@ def tableF5_single_slot(inputs: Mapping[str, Path], spec: Mapping[str, Any], out
         values[macro_name(_stem(spec, v), "best", "response", "argmin")] = str(int(np.nanargmin(gains)))
         values[macro_name(_stem(spec, v), "best", "response", "argmax")] = str(int(np.nanargmax(gains)))
         values[macro_name(_stem(spec, v), "best", "response", "optimism", "max")] = fmt(float(np.nanmax(opt)))
-    _table(rows, ["slot $k$", *map(str, s.slots)], "tableF5_single_slot", out_dir,
+    write_item_table(rows, ["slot $k$", *map(str, s.slots)], "tableF5_single_slot", out_dir,
            _long(s, ["dtau_br", "dtau_br_in_sample", "dtau_br_optimism"], variants, s.slots))
     return values
 
@@ -509,14 +454,14 @@ def tableF6_sweeps(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir:
                    ) -> dict[str, str]:
     """Table F.6: sum of isolated gains vs coordinate sweeps in both directions."""
     s = _summary(inputs)
-    v0, v1, _ = _names(spec)
+    v0, v1, _ = role_variants(spec)
     variants = _baseline_variants(s, spec)
     rows, values = [], {}
     n = s.gamma - 1
     for v in variants:
         rows.append([_label(v), fmt(s.get("sweep_isolated_sum", v), 2),
-                     f"{fmt(s.get('sweep_forward', v), 2)} {_ci(s, 'sweep_forward', v)}",
-                     f"{fmt(s.get('sweep_backward', v), 2)} {_ci(s, 'sweep_backward', v)}"])
+                     f"{fmt(s.get('sweep_forward', v), 2)} {gap_ci(s, 'sweep_forward', v)}",
+                     f"{fmt(s.get('sweep_backward', v), 2)} {gap_ci(s, 'sweep_backward', v)}"])
         values[macro_name(_stem(spec, v), "sweep", "forward")] = fmt(s.get("sweep_forward", v), 2)
         values[macro_name(_stem(spec, v), "sweep", "backward")] = fmt(s.get("sweep_backward", v), 2)
         values[macro_name(_stem(spec, v), "sweep", "isolated", "sum")] = fmt(s.get("sweep_isolated_sum", v), 2)
@@ -527,7 +472,7 @@ def tableF6_sweeps(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir:
     stats = ["sweep_isolated_sum", "sweep_forward", "sweep_backward",
              "sweep_forward_minus_isolated", "sweep_backward_minus_isolated",
              "sweep_forward_ratio", "sweep_backward_ratio"]
-    _table(rows, header, "tableF6_sweeps", out_dir, _long(s, stats, variants, [-1]))
+    write_item_table(rows, header, "tableF6_sweeps", out_dir, _long(s, stats, variants, [-1]))
     return values
 
 
@@ -551,7 +496,7 @@ def fig4_drafter_decomposition(inputs: Mapping[str, Path], spec: Mapping[str, An
                                out_dir: Path) -> dict[str, str]:
     """Fig. 4: DFlash R = T0 + G0 (left); DSpark R^self = T1 + G1 + exposure (right)."""
     s = _summary(inputs)
-    v0, v1, _ = _names(spec)
+    v0, v1, _ = role_variants(spec)
     s.require(v0)
     s.require(v1)
     ks = s.slots
@@ -586,7 +531,7 @@ def fig6_slot_priority(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
                        ) -> dict[str, str]:
     """Fig. 6: model gap by slot (left) and held-out single-slot gain by slot (right)."""
     s = _summary(inputs)
-    v0, v1, _ = _names(spec)
+    v0, v1, _ = role_variants(spec)
     variants = _baseline_variants(s, spec)
     ks = s.slots
     fig, (left, right) = item_figure(spec, 2)
@@ -612,7 +557,7 @@ def fig7_prefix_attention(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
                           ) -> dict[str, str]:
     """Fig. 7: ours vs DSpark per slot: model gap, exposure and self-conditioned risk."""
     s = _summary(inputs)
-    _, v1, vo = _names(spec)
+    _, v1, vo = role_variants(spec)
     s.require(v1)
     s.require(vo)
     ks = s.slots

@@ -146,9 +146,9 @@ def fig5_cross_target(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_d
     import numpy as np
 
     from floorgap.reports.common import item_figure, save_item_figure
-    from floorgap.reports.gap_items import GapSummary, _names
+    from floorgap.reports.common import GapSummary, role_variants
 
-    v0, v1, _ = _names(spec)
+    v0, v1, _ = role_variants(spec)
     targets = [k[len("gaps_"):] for k in inputs if k.startswith("gaps_")]
     if not targets:
         raise ValueError("fig5_cross_target needs one --input gaps_<target>=<gaps summary>")
