@@ -35,5 +35,5 @@ if W.checks:
         shell:
             "floorgap check_report --spec {params.spec:q} --gaps {input.gaps}"
             " --floors {input.floors} --fidelity {input.fidelity} --replay {input.replay}"
-            " --out-html {output.html} --out-md {output.md}"
+            " --served {input.served} --out-html {output.html} --out-md {output.md}"
             " --log {log} --threads {threads}"
