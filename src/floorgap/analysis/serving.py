@@ -256,7 +256,7 @@ def first_divergent_round(rounds: pd.DataFrame) -> dict[str, Any] | None:
     return None
 
 
-#: The engine's counters (probes.serving.EngineCounts) and the request columns they count.
+#: The engine's counters (probes.engine_counts.EngineCounts) and the request columns they count.
 COUNTED = {"drafts": "verify_steps", "draft_tokens": "draft_tokens",
            "accepted": "accepted_drafts"}
 
