@@ -288,6 +288,23 @@ def test_a_served_fault_is_named_by_the_replay_it_fits(summaries, hypotheses, ne
     assert fine.drafters[0].verdicts[1].text.startswith("the engine serves what the weights")
 
 
+def test_rounds_that_accept_nothing_name_no_fault(summaries) -> None:
+    """An engine that accepted nothing (a mask row fed as a plain token) fits a layout shift's
+    replay as well as any reading that predicts little: no fault is named."""
+    from dataclasses import replace
+
+    from floorgap.reports.check import build_check
+
+    spec = {**check_spec(drafters=("mine",), pairs=()), "served": ["mine"], "engine": "vllm"}
+    check = replace(served(acceptance_z=-10.9, agreement=0.68, drafts=(0, 56.4), active=70),
+                    hypotheses={SHIFT: {0.0: {"greedy_agreement": 0.97},
+                                        1.0: {"acceptance_z": -2.8}}})
+    verdict = build_check(*summaries, spec, served={"mine": check}).drafters[0].verdicts[1]
+    assert verdict.flag and verdict.text.startswith(
+        "engine or layout fault (the engine accepted no draft, which any reading that predicts "
+        "little fits, so no named fault can be told): mine in vllm")
+
+
 def _reading(z1=0.3, records_accepted=25):
     engine = {"drafts": 50, "draft_tokens": 150, "accepted": 25, "accepted_per_pos": [15, 7, 3]}
     records = {**engine, "accepted": records_accepted}
@@ -638,7 +655,8 @@ def test_a_dflash_folder_must_declare_its_layout_and_a_mismatch_is_said_first(
     cli.main(["check", str(folder), "--dry-run"])
     assert ran and "block layout shifted by one: undeclared's folder declares anchor-first " \
         "(sample_from_anchor), but vllm runs a dflash folder 1+N, reading no layout field: " \
-        "served, it proposes at slot k what the weights predict for slot k + 1" in \
+        "served, it proposes at slot k what weights trained as declared predict for slot " \
+        "k + 1" in \
         capsys.readouterr().err
 
 

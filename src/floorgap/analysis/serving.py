@@ -379,4 +379,6 @@ def served_check(rounds: pd.DataFrame, *, tasks: Sequence[str], n_boot: int, lev
         predicted = [greedy_accepts(tv) for tv in done["tv"]]
         active = sum(1 for a, b in zip(done["accepted"], predicted) if int(a) > 0 or b > 0)
         out["by_temperature"][0.0]["active_rounds"] = float(active)
+        out["by_temperature"][0.0]["served_active_rounds"] = float(
+            (done["accepted"].astype(int) > 0).sum())
     return out

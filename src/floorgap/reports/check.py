@@ -329,6 +329,10 @@ def named_fault(served: ServedCheck) -> str:
     whose replay the rounds pass the engine verdict's tests (|z| at most :data:`SERVED_Z` at
     T > 0, at least :data:`GREEDY_SHARE` of greedy rounds), else "engine or layout fault"
     with the faults tried."""
+    if not accepted_any(served):
+        # rounds that accept nothing fit every reading that predicts little: name none
+        return ("engine or layout fault (the engine accepted no draft, which any reading that "
+                "predicts little fits, so no named fault can be told)")
     fits = []
     for name, by_temp in sorted(served.hypotheses.items()):
         tests = [abs(s["acceptance_z"]) <= SERVED_Z if "acceptance_z" in s
@@ -343,6 +347,16 @@ def named_fault(served: ServedCheck) -> str:
         return f"{' or '.join(fits)}"
     tried = ", ".join(sorted(served.hypotheses))
     return "engine or layout fault" + (f" (none of {tried} fits)" if tried else "")
+
+
+def accepted_any(served: ServedCheck) -> bool:
+    """Whether the engine itself accepted drafts enough to tell readings apart: at least
+    :data:`MIN_DRAFTS` at T > 0 or :data:`MIN_ACTIVE_ROUNDS` greedy rounds with a served
+    acceptance (counted from the served side only)."""
+    hot, cold = served.at(True), served.at(False)
+    drafts = float(hot[1].get("accepted_observed", 0)) if hot else 0.0
+    active = float(cold[1].get("served_active_rounds", 0)) if cold else 0.0
+    return drafts >= MIN_DRAFTS or active >= MIN_ACTIVE_ROUNDS
 
 
 def counters_verdict(name: str, served: ServedCheck | None) -> Verdict | None:
@@ -403,7 +417,8 @@ def layout_verdict(name: str, facts: Mapping[str, Any], engine: str | None
     step = "k + 1" if own == "anchor-first" else "k - 1"
     return Verdict("layout", f"block layout shifted by one: {name}'s folder {said}, but {engine} "
                    f"runs a {facts['layout']} folder {run}, reading no layout field: served, it "
-                   f"proposes at slot k what the weights predict for slot {step}", flag=True)
+                   f"proposes at slot k what weights trained as declared predict for slot "
+                   f"{step}", flag=True)
 
 
 def informative(served: ServedCheck) -> bool:
