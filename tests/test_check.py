@@ -288,6 +288,29 @@ def test_a_served_fault_is_named_by_the_replay_it_fits(summaries, hypotheses, ne
     assert fine.drafters[0].verdicts[1].text.startswith("the engine serves what the weights")
 
 
+def test_a_fault_that_moves_q_little_is_named_by_the_greedy_rounds_it_reproduces(
+        summaries) -> None:
+    """The faithful replay passes (94% of greedy rounds), but the taps-offset replay reproduces
+    10 more rounds and loses none: the engine ran that reading."""
+    from dataclasses import replace
+
+    from floorgap.reports.check import build_check
+
+    spec = {**check_spec(drafters=("mine",), pairs=()), "served": ["mine"], "engine": "vllm"}
+    closer = {0.0: {"greedy_agreement": 0.994, "greedy_gain": 10.0, "sign_p": 2.0 ** -10},
+              1.0: {"acceptance_z": 0.5}}
+    far = {0.0: {"greedy_agreement": 0.9, "greedy_gain": -5.0, "sign_p": 0.98},
+           1.0: {"acceptance_z": -1.6}}
+    check = replace(served(agreement=0.94), hypotheses={OFFSET: closer, SHIFT: far})
+    verdict = build_check(*summaries, spec, served={"mine": check}).drafters[0].verdicts[1]
+    assert verdict.flag and verdict.text.startswith(
+        "target-layer index offset by +1 (its replay reproduces 10 more greedy rounds, 99% of "
+        "them; sign test p = 0.001): mine in vllm")
+    fine = replace(served(agreement=0.99), hypotheses={OFFSET: far, SHIFT: far})
+    verdict = build_check(*summaries, spec, served={"mine": fine}).drafters[0].verdicts[1]
+    assert not verdict.flag and verdict.text.startswith("the engine serves what the weights")
+
+
 def test_rounds_that_accept_nothing_name_no_fault(summaries) -> None:
     """An engine that accepted nothing (a mask row fed as a plain token) fits a layout shift's
     replay as well as any reading that predicts little: no fault is named."""

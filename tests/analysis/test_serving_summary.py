@@ -140,6 +140,9 @@ def test_the_rounds_are_tested_against_each_named_fault_and_the_engine_counts() 
     tests = hypothesis_tests(pd.concat([hot, cold], ignore_index=True))
     assert tests["shift"][0.0]["greedy_agreement"] == 1.0
     assert tests["offset"][0.0]["greedy_agreement"] == pytest.approx(2 / 4)
+    # paired: the shift reproduces the two rounds the faithful replay misses, loses none
+    assert tests["shift"][0.0]["greedy_gain"] == 2 and tests["shift"][0.0]["sign_p"] == 0.25
+    assert tests["offset"][0.0] == {"greedy_agreement": 0.5, "greedy_gain": 0.0, "sign_p": 1.0}
     assert tests["shift"][1.0]["acceptance_z"] == pytest.approx((4 - 5) / 0.5 ** 0.5)
     # the offset's replay predicts no acceptance at all: 4 accepted against 0 expected
     assert tests["offset"][1.0]["acceptance_z"] == float("inf")

@@ -340,8 +340,24 @@ def hypothesis_tests(rounds: pd.DataFrame) -> dict[str, dict[float, dict[str, fl
                 out[name][temp] = {"acceptance_z": acceptance_test(acc, tv).z}
             else:
                 agree = [greedy_accepts(row) == int(a) for row, a in zip(tv.tolist(), acc)]
-                out[name][temp] = {"greedy_agreement": sum(agree) / max(1, len(agree))}
+                own = [greedy_accepts(done["tv"].iloc[i]) == accepted[i] for i in idx]
+                out[name][temp] = {"greedy_agreement": sum(agree) / max(1, len(agree)),
+                                   **greedy_sign_test(agree, own)}
     return out
+
+
+def greedy_sign_test(named: Sequence[bool], own: Sequence[bool]) -> dict[str, float]:
+    """The greedy rounds a named fault's replay reproduces against those the faithful replay
+    does, paired by round: ``greedy_gain`` (rounds only the fault reproduces less rounds only
+    the faithful one does) and the one-sided sign test's ``sign_p`` on the discordant rounds
+    (small: the engine ran the fault's reading, not the faithful one)."""
+    from scipy.stats import binomtest
+
+    only_named = sum(1 for a, b in zip(named, own) if a and not b)
+    only_own = sum(1 for a, b in zip(named, own) if b and not a)
+    n = only_named + only_own
+    p = binomtest(only_named, n, 0.5, alternative="greater").pvalue if n else 1.0
+    return {"greedy_gain": float(only_named - only_own), "sign_p": float(p)}
 
 
 def served_check(rounds: pd.DataFrame, *, tasks: Sequence[str], n_boot: int, level: float,

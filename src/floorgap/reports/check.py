@@ -90,6 +90,10 @@ SERVED_Z = 4.0
 #: rounds accepts exactly the drafts before the first whose argmax differs from the target's
 #: (1 for a faithful folder in the replay's dtype; near-ties in a lower precision cost a few).
 GREEDY_SHARE = 0.9
+#: A named fault whose replay reproduces more greedy rounds than the faithful one, with a
+#: one-sided sign test on the rounds only one of them reproduces at most this, is what the
+#: engine ran, even where the faithful replay passes the tests (a fault that moves q little).
+NAMED_SIGN_P = 0.01
 #: The served rounds can show a fault only where drafts are accepted: at T > 0 when the engine
 #: accepted and the replay predicts at least this many drafts together; at T = 0 when at least
 #: :data:`MIN_ACTIVE_ROUNDS` greedy rounds accept a draft, served or replayed. A drafter that
@@ -301,6 +305,9 @@ def engine_verdict(name: str, served: ServedCheck | None, why_not: str) -> Verdi
             f"{plain_number(s['tau_offline'][0])} at T = {t:g}"
             for t, s in sorted(served.by_temperature.items())]
     where = f"{name} in {served.engine}, replayed with {served.replayed_with}"
+    closer = closer_fault(served)
+    if not bad and closer:
+        return Verdict("engine", f"{closer}: {where}: {'; '.join(parts + taus)}", flag=True)
     if not bad and not informative(served):
         drafts = [f"{plain_number(s.get('accepted_observed', math.nan), 0)} drafts accepted "
                   f"against {plain_number(s.get('accepted_expected', math.nan), 1)} predicted at "
@@ -347,6 +354,19 @@ def named_fault(served: ServedCheck) -> str:
         return f"{' or '.join(fits)}"
     tried = ", ".join(sorted(served.hypotheses))
     return "engine or layout fault" + (f" (none of {tried} fits)" if tried else "")
+
+
+def closer_fault(served: ServedCheck) -> str:
+    """A named fault whose replay the served greedy rounds fit better than the faithful one
+    (sign test at most :data:`NAMED_SIGN_P`), said with its numbers; empty when none does."""
+    out = []
+    for name, by_temp in sorted(served.hypotheses.items()):
+        greedy = by_temp.get(0.0) or {}
+        if greedy.get("sign_p", 1.0) <= NAMED_SIGN_P and accepted_any(served):
+            out.append(f"{name} (its replay reproduces {int(greedy['greedy_gain'])} more greedy "
+                       f"rounds, {greedy['greedy_agreement']:.0%} of them; sign test p = "
+                       f"{greedy['sign_p']:.1g})")
+    return " or ".join(out)
 
 
 def accepted_any(served: ServedCheck) -> bool:
