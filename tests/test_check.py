@@ -101,6 +101,9 @@ def test_a_check_serves_its_engine_folders_after_the_configured_systems() -> Non
     assert spec.served_folder(t, "dflash") == f"results/{t}/export/dflash/dflash"
     assert spec.served_folder(t, "ar") is None
     assert spec.replay_reference("mine") == ["/w/final.pt"]
+    # a checked folder's rounds are replayed under the named faults too, the benchmark's not
+    assert spec.serving_replay_spec(t, "mine")["name_faults"] is True
+    assert "name_faults" not in spec.serving_replay_spec(t, "dflash")
     assert spec.replay_reference("theirs") == spec.replay_reference("dflash") == []
     assert spec.check_spec("c")["served"] == ["mine", "theirs"]
     # off by choice, or where there is no engine section

@@ -158,7 +158,7 @@ def test_each_named_fault_replays_as_the_folder_an_engine_would_read(smoke_targe
     request = SimpleNamespace(task="t", row_id="a", temperature=temperature, concurrency=1,
                               token_ids=y, step_accepted=[1, 0, 2, gamma, 1, 3])
     rounds, _ = replay_requests(model, drafter, [request], prompts, target_name="t",
-                                system="dflash")
+                                system="dflash", name_faults=True)
     hypotheses = [json.loads(r.hypotheses_tv) for r in rounds]
     names = {LAYOUT_SHIFT: lambda c: c.update(sample_from_anchor=True),
              "target-layer index offset by +1": lambda c: c["dflash_config"].update(

@@ -78,8 +78,13 @@ class ServingSpecs(SpecCore):
         return [s for s in systems if self.serving_system(s)["format"] is not None]
 
     def serving_replay_spec(self, target: str, system: str) -> dict[str, Any]:
-        return {"target": self.target(target), "system": self.serving_system(system),
+        spec = {"target": self.target(target), "system": self.serving_system(system),
                 "gamma": self.settings(target)["anchors"]["gamma"]}
+        if system in self.check_systems:
+            # a checked folder's rounds are also replayed under each named fault (the check
+            # names the one they fit); the benchmark's own drafters need only the faithful one
+            spec["name_faults"] = True
+        return spec
 
     def replay_reference(self, system: str) -> list[str]:
         """The weights a system's rounds are replayed with in place of its served folder: a

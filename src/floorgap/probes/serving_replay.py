@@ -202,16 +202,17 @@ def hypothesis_drafters(target: Any, drafter: Any) -> dict[str, Any]:
 def replay_requests(target: Any, drafter: Any, requests: Iterable[Any],
                     prompts: Mapping[str, Sequence[int]], *, target_name: str, system: str,
                     draft_sampling: str = "probabilistic",
-                    on_request: Callable[[int], Any] | None = None
-                    ) -> tuple[list[ReplayRound], int]:
+                    on_request: Callable[[int], Any] | None = None,
+                    name_faults: bool = False) -> tuple[list[ReplayRound], int]:
     """The rounds of every served request (rows with ``task``, ``row_id``, ``temperature``,
     ``concurrency``, ``token_ids``, ``step_accepted``; ``prompts`` maps a row id to its prompt
     ids) and how many distinct requests were replayed. A request served again with the same
     completion and rounds (a greedy row at each concurrency) replays to the same numbers, so it
-    is replayed once and its rounds relabelled."""
+    is replayed once and its rounds relabelled. ``name_faults``: each round also replayed
+    under every named fault (``hypotheses_tv``; module docstring)."""
     rounds: list[ReplayRound] = []
     replayed: dict[tuple[Any, ...], list[ReplayRound]] = {}
-    others = hypothesis_drafters(target, drafter)
+    others = hypothesis_drafters(target, drafter) if name_faults else {}
     for r in requests:
         row_id = str(r.row_id)
         if row_id not in prompts:

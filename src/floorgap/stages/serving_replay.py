@@ -76,7 +76,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     with progress(total=len(requests), desc=f"replay {system['name']}", unit="request") as bar:
         rounds, distinct = replay_requests(
             model, drafter, requests.itertuples(), prompts, target_name=target["name"],
-            system=system["name"], draft_sampling=draft_sampling, on_request=bar.update)
+            system=system["name"], draft_sampling=draft_sampling, on_request=bar.update,
+            name_faults=bool(spec.get("name_faults")))
     table = pd.DataFrame([asdict(x) for x in rounds])
     write_table(args.out, table, meta)
     done = table[table["complete"]]
