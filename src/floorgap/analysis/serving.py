@@ -330,6 +330,8 @@ def hypothesis_tests(rounds: pd.DataFrame) -> dict[str, dict[float, dict[str, fl
     out: dict[str, dict[float, dict[str, float]]] = {}
     temps = done["temperature"].astype(float).tolist()
     accepted = done["accepted"].astype(int).tolist()
+    # the faithful replay's greedy verdict per round, once for every named fault it is paired with
+    faithful = [greedy_accepts(tv) == a for tv, a in zip(done["tv"], accepted)]
     for name in names:
         out[name] = {}
         for temp in sorted(set(temps)):
@@ -340,9 +342,8 @@ def hypothesis_tests(rounds: pd.DataFrame) -> dict[str, dict[float, dict[str, fl
                 out[name][temp] = {"acceptance_z": acceptance_test(acc, tv).z}
             else:
                 agree = [greedy_accepts(row) == int(a) for row, a in zip(tv.tolist(), acc)]
-                own = [greedy_accepts(done["tv"].iloc[i]) == accepted[i] for i in idx]
                 out[name][temp] = {"greedy_agreement": sum(agree) / max(1, len(agree)),
-                                   **greedy_sign_test(agree, own)}
+                                   **greedy_sign_test(agree, [faithful[i] for i in idx])}
     return out
 
 

@@ -80,10 +80,6 @@ def compare_drafters(target: Any, reference: Any, candidate: Any,
                          argmax_agreement=float(agree_[:, k].mean())) for k in range(gamma)]
 
 
-def _layout(cfg: Any) -> str:
-    return "anchor-first" if cfg.sample_from_anchor else "1+N"
-
-
 def _mask(cfg: Any) -> str:
     return (f"a trained mask embedding (token {cfg.mask_token_id})" if cfg.mask_embedding
             else f"token {cfg.mask_token_id}'s embedding")
@@ -96,13 +92,14 @@ def diagnose_folder(reference: Any, folder_cfg: Any,
     drafter it was exported from): its block layout, target layers, mask rows, the permutation
     of the fusion's input columns (the taps' feature blocks), other weights that differ. Empty
     for a faithful export."""
-    from floorgap.models.engine_formats import fold_input_scale
+    from floorgap.models.engine_formats import BLOCK_LAYOUTS, fold_input_scale
 
     ref = reference.cfg
     out = []
     if ref.sample_from_anchor != folder_cfg.sample_from_anchor:
-        out.append(f"block layout flipped: the folder reads as {_layout(folder_cfg)}, the weights "
-                   f"were trained {_layout(ref)}")
+        out.append(f"block layout flipped: the folder reads as "
+                   f"{BLOCK_LAYOUTS[folder_cfg.sample_from_anchor]}, the weights were trained "
+                   f"{BLOCK_LAYOUTS[ref.sample_from_anchor]}")
     taps, ref_taps = list(folder_cfg.taps), list(ref.taps)
     shift = {t - r for t, r in zip(taps, ref_taps)} if len(taps) == len(ref_taps) else set()
     if taps != ref_taps:
