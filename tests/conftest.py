@@ -27,6 +27,15 @@ DEFAULT_CONFIG = REPO / "config.yaml"
 SERVING_PYTHON = REPO / ".venv-serving" / "bin" / "python"
 
 
+def load_config(path: Path = SMOKE_CONFIG) -> dict:
+    """A config as the workflow reads it: validated, the schema's defaults filled in."""
+    from floorgap.config import validate_config
+
+    cfg = yaml.safe_load(path.read_text())
+    validate_config(cfg)
+    return cfg
+
+
 #: Free bytes in the temporary folder when the run started: a full disk makes every test that
 #: writes a checkpoint error in its fixture, so the summary says how much room there was.
 _DISK_FREE_AT_START = pytest.StashKey[int]()
@@ -123,7 +132,7 @@ def smoke_target(tmp_path_factory):
 
     Returns ``(config, target entry with its name, model folder, scratch folder)``.
     """
-    cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
+    cfg = load_config(SMOKE_CONFIG)
     tmp = tmp_path_factory.mktemp("smoke")
     target, model_dir = _materialise(cfg, tmp)
     return cfg, target, model_dir, tmp
@@ -146,7 +155,7 @@ def default_domain_records(tmp_path_factory):
     """The embedded default's real target (SmolLM2-135M-Instruct from its package) with a short
     corpus (2 gsm8k prompts, 48 tokens) and its anchors: for checks that need a peaked, real
     distribution. Same tuple as :func:`smoke_domain_records`."""
-    cfg = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    cfg = load_config(DEFAULT_CONFIG)
     cfg["corpus"] = {**cfg["corpus"], "max_new_tokens": 48, "censored_share_max": 1.0}
     cfg["anchors"] = {**cfg["anchors"], "per_domain": 3, "context_buckets": [128, 256]}
     tmp = tmp_path_factory.mktemp("default-target")
@@ -169,7 +178,7 @@ def dry_run_jobs(dry_run_output: str) -> dict[str, int]:
 
 def smoke_targets() -> list[str]:
     """What the smoke runs build: everything, or without LaTeX everything but the PDF."""
-    targets = yaml.safe_load(SMOKE_CONFIG.read_text())["targets"]
+    targets = load_config(SMOKE_CONFIG)["targets"]
     return [] if shutil.which("latexmk") else ["paper/values.tex", *(
         f"results/{target}/manifest.json" for target in targets)]
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from floorgap.estimators.aggregate import prompt_bootstrap
-from floorgap.stages.bench import reveal_summary
+from floorgap.bench.reveal import reveal_summary
 
 GAMMA, J_MAX, N = 7, 4, 12
 PROMPTS = [f"p{i // 2}" for i in range(N)]  # two anchors per prompt

@@ -10,7 +10,8 @@ from transformers import AutoModelForCausalLM, Qwen3Config
 from floorgap.models.shared_prefix import copied_prefix
 from floorgap.probes.rollouts import sample_block
 from floorgap.sampling import SamplingLaw
-from floorgap.stages.bench import _ForwardCounter, build_parser
+from floorgap.bench.rollouts import ForwardCounter
+from floorgap.stages.bench import build_parser
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +23,7 @@ def qwen3_small():
 
 
 def _count(model, forward_batch):
-    with _ForwardCounter(model) as counter:
+    with ForwardCounter(model) as counter:
         sample_block(model, list(range(1, 20)), n_paths=256, gamma=7, law=SamplingLaw(),
                      anchor_seed=1, forward_batch=forward_batch, reveal_paths=8)
     return counter.forwards, counter.prefix_copies

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import sys
@@ -10,18 +11,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, SHIPPED_CONFIGS, SMOKE_CONFIG
+from conftest import REPO, SHIPPED_CONFIGS, SMOKE_CONFIG, load_config
 from floorgap.config import ConfigError, Evaluation, as_json, resolve
 from floorgap.errors import StageError
 from floorgap.reports.registry import ITEMS, ReportItem, report_items
 
 
 def smoke() -> dict:
-    return yaml.safe_load(SMOKE_CONFIG.read_text())
+    return load_config(SMOKE_CONFIG)
 
 
 def default() -> dict:
-    return yaml.safe_load((REPO / "config.yaml").read_text())
+    return load_config(REPO / "config.yaml")
 
 
 def rename_drafters(cfg: dict, names: dict[str, str]) -> dict:
@@ -102,7 +103,8 @@ def test_renamed_variants_carry_through_every_spec() -> None:
 @pytest.mark.parametrize(
     ("mutate", "needle"),
     [
-        (lambda d: d["components"]["arms"].update(dspark={"kind": "dspark"}), "reuses the variant"),
+        (lambda d: d["components"]["arms"].update(dspark={"kind": "dspark", "layers": 1}),
+         "reuses the variant"),
         (lambda d: d["components"].update(baseline="nope"), "is not one of the arms"),
         (lambda d: d.update(trajectory=["nope"]), "which are not drafters.variants"),
         (lambda d: d["roles"].update(ours="nope"), "drafters.roles.ours"),
@@ -363,7 +365,7 @@ def test_per_target_settings_reach_that_targets_specs_only() -> None:
     (lambda c, t: c["targets"][t]["settings"]["drafters"]["variants"].update(
         dflash={"kind": "dspark", "layers": 1}), "must be of kind dflash"),
     (lambda c, t: c["targets"][t]["settings"]["drafters"]["variants"].update(
-        dflash={"kind": "dflash", "lr": 1, "checkpoint": {"format": "dflash", "path": "x"}}),
+        dflash={"kind": "dflash", "epochs": 1, "checkpoint": {"format": "dflash", "path": "x"}}),
      "imports a checkpoint but also sets"),
 ])
 def test_inconsistent_target_settings_are_refused(mutate, needle: str) -> None:
@@ -398,8 +400,8 @@ def test_settings_cannot_change_the_dag_shape(settings: dict) -> None:
 
 
 def test_a_targets_merged_settings_are_validated_like_the_config() -> None:
-    """The workflow validates each target's merged config (common.smk): a bad value in
-    settings fails there even though the settings object itself is only checked by key."""
+    """resolve validates each target's merged config: a bad value in settings fails there
+    even though the settings object itself is only checked by key."""
     import jsonschema
 
     schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
@@ -407,9 +409,11 @@ def test_a_targets_merged_settings_are_validated_like_the_config() -> None:
     second = [t for t in cfg["targets"]][1]
     cfg["targets"][second]["settings"]["rollouts"] = {"paths": 1}
     jsonschema.validate(cfg, schema)
-    spec = resolve(cfg)
-    with pytest.raises(jsonschema.ValidationError, match="1 is less than the minimum of 2"):
-        jsonschema.validate(spec.settings(second), schema)
+    from snakemake.exceptions import WorkflowError
+
+    with pytest.raises(WorkflowError) as err:
+        resolve(cfg)
+    assert "1 is less than the minimum of 2" in str(err.value)
 
 
 @pytest.mark.parametrize("path", SHIPPED_CONFIGS + [REPO / "config.yaml"],
@@ -513,37 +517,73 @@ def test_a_table_fitted_on_a_budget_subset_is_set_beside_the_arms_of_that_subset
         "contrasts"] == []
 
 
-def test_a_config_knob_is_its_schema_entry(tmp_path) -> None:
+def knob_schema(tmp_path: Path, section: str, key: str, default: int) -> Path:
+    """The config schema with a new integer knob ``section.key`` and its default."""
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    schema["properties"][section]["properties"][key] = {
+        "type": "integer", "minimum": 1, "default": default, "description": "a new knob"}
+    path = tmp_path / "config.schema.yaml"
+    path.write_text(yaml.safe_dump(schema))
+    return path
+
+
+def test_a_config_knob_is_its_schema_entry(tmp_path, monkeypatch) -> None:
     """ARCHITECTURE.md, "A config knob": a key added to the schema with its default reaches
     the stage whose spec carries its section, shared and per target, with nothing else
     changed; without the entry the config fails validation naming the key."""
-    from snakemake.utils import validate
+    from snakemake.exceptions import WorkflowError
 
     cfg = smoke()
     cfg["rollouts"]["chunk_paths"] = 8
-    with pytest.raises(Exception, match="chunk_paths"):
-        validate(copy.deepcopy(cfg), schema=str(REPO / "workflow/schemas/config.schema.yaml"))
+    with pytest.raises(WorkflowError) as err:
+        resolve(copy.deepcopy(cfg))
+    assert "chunk_paths" in str(err.value)
 
-    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
-    schema["properties"]["rollouts"]["properties"]["chunk_paths"] = {
-        "type": "integer", "minimum": 1, "default": 16, "description": "paths per chunk"}
-    path = tmp_path / "config.schema.yaml"
-    path.write_text(yaml.safe_dump(schema))
-
-    shared = smoke()
-    validate(shared, schema=str(path))  # fills the default
-    spec = resolve(shared)
+    monkeypatch.setattr("floorgap.config.base.SCHEMA", knob_schema(tmp_path, "rollouts",
+                                                                    "chunk_paths", 16))
+    spec = resolve(smoke())  # fills the default
     assert {spec.rollouts_spec(t, 0)["rollouts"]["chunk_paths"] for t in spec.targets} == {16}
 
     target = spec.targets[-1]
     own = smoke()
     own["targets"][target].setdefault("settings", {}).setdefault("rollouts", {})[
         "chunk_paths"] = 4
-    validate(own, schema=str(path))
     spec = resolve(own)
     for t in spec.targets:
-        validate(spec.settings(t), schema=str(path))  # as common.smk does
         assert spec.rollouts_spec(t, 0)["rollouts"]["chunk_paths"] == (4 if t == target else 16)
+
+
+@pytest.mark.slow
+def test_a_config_knob_reaches_the_record_of_the_stage_that_reads_it(
+        smoke_domain_records, tmp_path, monkeypatch) -> None:
+    """The knob's second place is the line that reads it: here the anchors stage's library
+    call passes ``spec["anchors"][key]`` on (into its record). The rule's spec, as the
+    resolver writes it, carries the default and a target's own value to that line."""
+    from floorgap.records import read_metadata
+    from floorgap.stages import anchors as anchors_cli
+    from floorgap.stages._cli import run_stage
+
+    corpus = smoke_domain_records[3]
+    monkeypatch.setattr("floorgap.config.base.SCHEMA", knob_schema(tmp_path, "anchors",
+                                                                    "min_context", 16))
+    reads = anchors_cli.anchors_from_corpus_file
+
+    def reading_the_knob(path, stage_spec):  # the stage-side line of the new knob
+        result = reads(path, stage_spec)
+        result.metadata["min_context"] = stage_spec["anchors"]["min_context"]
+        return result
+
+    monkeypatch.setattr(anchors_cli, "anchors_from_corpus_file", reading_the_knob)
+    cfg = smoke()
+    target = list(cfg["targets"])[-1]
+    cfg["targets"][target].setdefault("settings", {})["anchors"] = {"min_context": 4}
+    spec = resolve(cfg)
+    for t in spec.targets:
+        out = tmp_path / f"{t}.parquet"
+        assert run_stage(anchors_cli.main, anchors_cli.build_parser(),
+                         ["--spec", as_json(spec.anchors_spec(t, "gsm8k")), "--corpus",
+                          str(corpus), "--out", str(out), "--threads", "1"]) == 0
+        assert read_metadata(out)["min_context"] == (4 if t == target else 16)
 
 
 def test_the_drafters_on_all_the_data_are_scheduled_first() -> None:
@@ -559,3 +599,81 @@ def test_the_drafters_on_all_the_data_are_scheduled_first() -> None:
     assert min(spec.drafter_priority(t, smol) for t in spec.reference_lookups) == 1
     for name in [*spec.budget_arms, "vanilla", "head"]:
         assert spec.drafter_priority(name, smol) == 0, name
+
+
+# ----------------------------------------------------------- a knob's default has one home
+
+def schema_keys(schema: dict) -> dict[str, list[object]]:
+    """Each property name of the config schema -> the defaults it has where it appears
+    (``...`` where a place gives none)."""
+    keys: dict[str, list[object]] = {}
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in (node.get("properties") or {}).items():
+                if isinstance(value, dict):
+                    keys.setdefault(key, []).append(value.get("default", ...))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    return keys
+
+
+#: Keys a drafter entry reads with a fallback in code, because the entry may have no default:
+#: a checkpoint entry carries only name, kind, layers and checkpoint (the folder decides).
+ENTRY_FALLBACKS = {"init", "objective"}
+#: Reads of a record's metadata, not of the config, under a key of the same name: a record
+#: written before the key existed (or a summary the figure reads alone) says nothing of it.
+RECORD_READS = {
+    ("src/floorgap/reports/common.py", "device"),
+    ("src/floorgap/reports/floor_items.py", "level"),
+    ("src/floorgap/reports/floor_items.py", "kmedian_restarts"),
+    ("src/floorgap/reports/robustness_items.py", "temperature"),
+    ("src/floorgap/reports/robustness_items.py", "top_p"),
+    ("src/floorgap/stages/serving_replay.py", "draft_sampling"),
+}
+
+
+def code_defaults(source: str, keys: dict[str, list[object]], path: str = "") -> list[str]:
+    """``.get("key", constant)`` calls that duplicate a schema default (the key has one) or
+    replace one (a key of a single schema place with none): the knob's default then has a
+    second home, or a home outside the schema."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get" and len(node.args) == 2
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value in keys):
+            continue
+        key, fallback = node.args[0].value, node.args[1]
+        if (path, key) in RECORD_READS:
+            continue
+        # an empty fallback (``{}``, ``[]``, ``""``) reads an optional section as absent
+        constant = isinstance(fallback, ast.Constant) and fallback.value not in (None, "")
+        defaults = keys[key]
+        duplicates = any(d is not ... for d in defaults)
+        replaces = constant and len(defaults) == 1 and key not in ENTRY_FALLBACKS
+        if duplicates or replaces:
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_code_default_duplicates_or_replaces_a_schema_default() -> None:
+    keys = schema_keys(yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text()))
+    found = {path: bad for p in sorted((REPO / "src").rglob("*.py"))
+             if (bad := code_defaults(p.read_text(), keys, path := str(p.relative_to(REPO))))}
+    assert found == {}, ("give the knob its default in the schema and read it with [key]: "
+                         f"{found}")
+
+
+def test_the_code_default_check_finds_both() -> None:
+    keys = {"port": [8011, 8031], "warmup_steps": [...], "paths": [..., ...]}
+    source = ("a = cfg.get('port', 8031)\nb = tr.get('warmup_steps', 0)\n"
+              "c = meta.get('paths', '--')\nd = tr.get('warmup_steps')\n")
+    assert code_defaults(source, keys) == ["1: cfg.get('port', 8031)",
+                                           "2: tr.get('warmup_steps', 0)"]
+    assert code_defaults("e = cfg.get('port', {})\nf = tr.get('warmup_steps', [])\n",
+                         keys) == ["1: cfg.get('port', {})"]

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, SMOKE_CONFIG, load_builders
+from conftest import REPO, SMOKE_CONFIG, load_builders, load_config
 from floorgap.config import (
     SUMMARIES,
     ConfigError,
@@ -29,7 +29,7 @@ FOLDER = "/models/my-drafter"
 
 
 def smoke() -> dict:
-    return yaml.safe_load(SMOKE_CONFIG.read_text())
+    return load_config(SMOKE_CONFIG)
 
 
 def validate(cfg: dict) -> None:

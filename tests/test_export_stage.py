@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import SMOKE_CONFIG, dry_run_jobs, snakemake
+from conftest import SMOKE_CONFIG, dry_run_jobs, load_config, snakemake
 from floorgap.config import resolve
 
 GAMMA = 7
@@ -32,7 +32,7 @@ VARIANTS = {
 
 
 def smoke() -> dict:
-    return yaml.safe_load(SMOKE_CONFIG.read_text())
+    return load_config(SMOKE_CONFIG)
 
 
 # ------------------------------------------------------------------------ formats per drafter

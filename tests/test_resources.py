@@ -14,7 +14,7 @@ import yaml
 from floorgap.resources import (GIB, ModelShape, host_mem_mb, largest_forward_batch, plan,
                                 probe_jobs, read_model_config)
 
-from conftest import REPO, SMOKE_CONFIG
+from conftest import REPO, SMOKE_CONFIG, load_config
 
 transformers = pytest.importorskip("transformers")
 
@@ -110,7 +110,7 @@ def test_paper_configs_decode_with_the_largest_forward_batch_that_fits(name):
 
 def test_floorgap_plan_on_the_smoke_config(smoke_target, tmp_path):
     _, _, model_dir, _ = smoke_target
-    target = next(iter(yaml.safe_load(SMOKE_CONFIG.read_text())["targets"]))
+    target = next(iter(load_config(SMOKE_CONFIG)["targets"]))
     cmd = [sys.executable, "-m", "floorgap", "plan", "--configfile", str(SMOKE_CONFIG),
            "--model-config", f"{target}={Path(model_dir) / 'config.json'}"]
     res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
@@ -119,7 +119,7 @@ def test_floorgap_plan_on_the_smoke_config(smoke_target, tmp_path):
         ("rollouts", "corpus", "mi", "drafter_data"))]
     assert ["rollouts", target] in rows and ["corpus", target] in rows
     # a host-memory request too small for a CPU job is named
-    small = yaml.safe_load(SMOKE_CONFIG.read_text())
+    small = load_config(SMOKE_CONFIG)
     small["rollouts"]["paths"] = 4096
     shape = read_model_config(Path(model_dir) / "config.json")
     (job,) = plan(small, target, shape, Path(model_dir), {"rollouts": {"mem_mb": "2000"}})
@@ -130,7 +130,7 @@ def test_probe_jobs_ask_for_the_host_memory_their_model_needs(smoke_target, tmp_
     """mem_mb of a probe rule is sized from the materialised model (a rule's ceiling before it
     exists), so what it asks covers the plan's host estimate with a margin."""
     _, _, model_dir, _ = smoke_target
-    cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
+    cfg = load_config(SMOKE_CONFIG)
     target = next(iter(cfg["targets"]))
     assert host_mem_mb(cfg, target, "rollouts", tmp_path / "absent", 12000) == 12000
     shape = read_model_config(Path(model_dir) / "config.json")

@@ -14,15 +14,15 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "floorgap"
 #: ones. Bottom: shared plumbing (errors, progress, seeds, records, sampling, the config
 #: resolver, the resource plan's arithmetic); then the estimators (maths); the sampling law, data, models and probes (they run
 #: models), with the engine plugins (code a serving engine loads into itself); analysis
-#: (records -> summaries); reports (summaries -> figures and tables); the stage commands; the
-#: console entry.
+#: (records -> summaries); reports (summaries -> figures and tables) and the benchmarks (they
+#: time probes and analysis); the stage commands; the console entry.
 LAYERS: dict[str, int] = {
     "floorgap": 0, "errors": 0, "progress": 0, "seeds": 0, "records": 0, "config": 0,
     "notation": 0, "resources": 0, "attention": 0,
     "estimators": 1,
     "sampling": 2, "data": 2, "models": 2, "probes": 2, "engine_plugins": 2,
     "analysis": 3,
-    "reports": 4,
+    "reports": 4, "bench": 4,
     "stages": 5, "rehearsal": 5,
     "cli": 6, "__main__": 6,
 }
@@ -392,3 +392,153 @@ def test_the_private_import_check_finds_one() -> None:
     assert private_imports("from floorgap.reports.common import GapSummary, _ci\n") == [
         "floorgap.reports.common._ci"]
     assert private_imports("from floorgap import __version__\nimport floorgap._x\n") == []
+
+
+# ------------------------------------------------------------- the config's resolvers
+
+def upward_calls(source: str, classes: dict[str, type]) -> list[str]:
+    """``Class.name`` for each ``self.name`` (in a method of a resolver class) and each
+    ``spec.name`` (in a function whose ``spec`` is annotated with one) that the class itself
+    does not have: a resolver reaching a family above it, the circle a family's methods close
+    through ``self`` where no import shows it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef) and node.name in classes:
+            scopes = [(classes[node.name], "self", f) for f in node.body
+                      if isinstance(f, ast.FunctionDef)]
+        elif isinstance(node, ast.FunctionDef) and node.args.args \
+                and node.args.args[0].arg == "spec" and node.args.args[0].annotation is not None:
+            cls = classes.get(ast.unparse(node.args.args[0].annotation).strip("'\""))
+            scopes = [(cls, "spec", node)] if cls is not None else []
+        else:
+            continue
+        for cls, name, body in scopes:
+            fields = set(getattr(cls, "__dataclass_fields__", ())) | {"_settings"}
+            for sub in ast.walk(body):
+                if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) \
+                        and sub.value.id == name and not hasattr(cls, sub.attr) \
+                        and sub.attr not in fields:
+                    found.append(f"{cls.__name__}.{sub.attr}")
+    return sorted(set(found))
+
+
+def resolver_classes() -> dict[str, type]:
+    import floorgap.config as config
+    from floorgap.config.base import SpecCore
+
+    return {c.__name__: c for c in {SpecCore, *config.WorkflowSpec.__mro__}
+            if isinstance(c, type) and issubclass(c, SpecCore)}
+
+
+def test_each_config_resolver_reads_only_its_own_family_and_those_below() -> None:
+    """config/: base <- drafters <- checks <- serving (probes and reports on base); a method
+    (or a check_* function) uses only what its class has, so the families form a line."""
+    classes = {k: v for k, v in resolver_classes().items() if k != "WorkflowSpec"}
+    found = {p.name: bad for p in sorted((SRC / "config").glob("*.py"))
+             if (bad := upward_calls(p.read_text(), classes))}
+    assert found == {}, f"move what these reach to the family below both: {found}"
+
+
+def test_the_resolver_check_finds_a_call_upward() -> None:
+    source = ("class DrafterSpecs(SpecCore):\n    def x(self):\n        return self.check_served('a')\n"
+              "def check_it(spec: SpecCore) -> None:\n    spec.export_formats('a')\n")
+    assert upward_calls(source, resolver_classes()) == ["DrafterSpecs.check_served",
+                                                        "SpecCore.export_formats"]
+
+
+def epochs_rules(source: str) -> int:
+    """How many ``.get("epochs", ...)`` a source holds: the per-drafter epochs rule."""
+    return sum(1 for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call)
+               and isinstance(n.func, ast.Attribute) and n.func.attr == "get" and n.args
+               and isinstance(n.args[0], ast.Constant) and n.args[0].value == "epochs")
+
+
+def test_the_epochs_rule_has_one_home() -> None:
+    """An entry's epochs (its own, else drafters.train.epochs) are read in
+    config.drafter_epochs alone: the trainer writes as many epoch files as the evaluation
+    groups read."""
+    found = {m: n for m, s in package_sources().items() if (n := epochs_rules(s))}
+    assert found == {"floorgap.config.base": 1}, found
+
+
+def test_the_epochs_rule_check_counts_a_second_home() -> None:
+    assert epochs_rules("a = v.get('epochs', t['epochs'])\nb = v.get('epochs')\n") == 2
+
+
+def imports_between(sources: dict[str, str], lower: str, upper: str) -> list[str]:
+    """``module -> imported`` for each module of package ``lower`` importing from ``upper``."""
+    return sorted(f"{m} -> {i}" for m, s in sources.items()
+                  if m.startswith(f"floorgap.{lower}.")
+                  for i in floorgap_imports(s, m) if i.startswith(f"floorgap.{upper}"))
+
+
+def test_models_do_not_import_data() -> None:
+    """data/ and models/ share a layer but point one way: data builds the corpus and the
+    training records by running the target (models/); models read a training record through
+    models/examples.py, its one reader, and never import data/."""
+    assert imports_between(package_sources(), "models", "data") == []
+
+
+def test_the_direction_check_finds_a_model_module_importing_data() -> None:
+    sources = {"floorgap.models.x": "from floorgap.data.drafter_data import block_index\n"}
+    assert imports_between(sources, "models", "data") == [
+        "floorgap.models.x -> floorgap.data.drafter_data"]
+
+
+# ------------------------------------------------------------- a drafter kind's one row
+
+def test_every_place_a_kind_appears_follows_its_row_in_kinds() -> None:
+    """config/kinds.KINDS is the table of kinds: the drafter classes, the lookup kinds, the
+    schema's enums and the engine layouts agree with it, so a kind is added there (and its
+    class) and a second list of kinds fails here."""
+    import yaml
+
+    from floorgap.config import DRAFTER_KINDS, KINDS, LOOKUP_KINDS, SERVED_FORMATS
+    from floorgap.models.drafters import DRAFTER_CLASSES
+    from floorgap.models.engine_formats import FORMATS
+
+    schema = yaml.safe_load((SRC.parents[1] / "workflow/schemas/config.schema.yaml").read_text())
+    defs = schema["$defs"]
+    assert tuple(DRAFTER_CLASSES) == DRAFTER_KINDS
+    assert tuple(defs["drafter_variant"]["properties"]["kind"]["enum"]) == DRAFTER_KINDS
+    lookups = schema["properties"]["drafters"]["properties"]["lookups"]
+    assert tuple(lookups["additionalProperties"]["properties"]["kind"]["enum"]) == LOOKUP_KINDS
+    formats = {f for kind in KINDS.values() for f in kind.formats}
+    assert formats | {"floorgap"} == set(FORMATS)
+    checkpoint = defs["drafter_variant"]["properties"]["checkpoint"]["properties"]["format"]
+    assert set(checkpoint["enum"]) == formats and set(SERVED_FORMATS) < formats
+
+
+#: Where a module imports floorgap inside a function on purpose: the console and the config
+#: resolver stay light (``floorgap --help``, the Snakefile's parse), the reports load without
+#: torch (test_summary_only_report_modules_load_without_torch), ``_cli`` sets the threads.
+LAZY_IMPORTERS = ("floorgap.cli", "floorgap.config", "floorgap.reports", "floorgap.resources",
+                  "floorgap.rehearsal", "floorgap.stages._cli", "floorgap.engine_plugins",
+                  "floorgap.__main__")
+
+
+def local_floorgap_imports(source: str) -> list[str]:
+    """``line: module`` of each import of a floorgap module inside a function."""
+    found = []
+    for fn in ast.walk(ast.parse(source)):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("floorgap"):
+                    found.append(f"{node.lineno}: {node.module}")
+                elif isinstance(node, ast.Import):
+                    found += [f"{node.lineno}: {a.name}" for a in node.names
+                              if a.name.startswith("floorgap")]
+    return sorted(set(found))
+
+
+def test_library_modules_import_floorgap_at_the_top() -> None:
+    """What a module needs of the package is read at its top, where the import graph shows it;
+    only the light entry points (LAZY_IMPORTERS) defer theirs."""
+    found = {m: bad for m, s in package_sources().items()
+             if not m.startswith(LAZY_IMPORTERS) and (bad := local_floorgap_imports(s))}
+    assert found == {}, f"move these imports to the module's top: {found}"
+
+
+def test_the_local_import_check_finds_one() -> None:
+    source = "import os\n\ndef f():\n    from floorgap.records import read_table\n    import json\n"
+    assert local_floorgap_imports(source) == ["4: floorgap.records"]

@@ -151,7 +151,7 @@ def plan(argv: Sequence[str]) -> int:
     """``floorgap plan --configfile X [...]``: the memory each job of the floorgap probes needs
     (``floorgap.resources``) beside what it asks for; exit 1 naming every job that cannot fit."""
     import yaml
-    from snakemake.utils import update_config, validate
+    from snakemake.utils import update_config
 
     from floorgap.config import resolve
     from floorgap.resources import GIB, largest_forward_batch, plan as plan_jobs
@@ -172,7 +172,6 @@ def plan(argv: Sequence[str]) -> int:
     cfg: dict = {}
     for path in args.configfile:
         update_config(cfg, yaml.safe_load(path.read_text()) or {})
-    validate(cfg, schema=str(root / "workflow" / "schemas" / "config.schema.yaml"))
     spec = resolve(cfg)
     gpu_gb = args.gpu_memory_gb or float(cfg["cluster"]["gpu_memory_gb"])
     given = dict(item.split("=", 1) for item in args.model_config)
@@ -229,10 +228,9 @@ def rehearsal(argv: Sequence[str]) -> int:
     (:mod:`floorgap.rehearsal`) in ``DIR/config.yaml``, its stand-in checkpoints beside it,
     validated and resolved like any config; prints the command that runs it."""
     import yaml
-    from snakemake.utils import validate
 
     from floorgap import rehearsal as reh_mod
-    from floorgap.config import ConfigError, resolve
+    from floorgap.config import ConfigError, resolve, validate_config
 
     root = repository_root()
     parser = argparse.ArgumentParser(
@@ -249,18 +247,13 @@ def rehearsal(argv: Sequence[str]) -> int:
     parser.add_argument("--serving-python", default=str(root / ".venv-serving" / "bin" / "python"),
                         help="the vLLM CPU environment's interpreter")
     args = parser.parse_args(list(argv))
-    schema = str(root / "workflow" / "schemas" / "config.schema.yaml")
     paper = yaml.safe_load(args.configfile.read_text()) or {}
     out = args.out.resolve()
     try:
-        validate(copy.deepcopy(paper), schema=schema)
+        validate_config(copy.deepcopy(paper))
         reh = reh_mod.rehearsal_config(paper, yaml.safe_load(args.overlay.read_text()), out,
                                        serving_python=args.serving_python)
-        checked = copy.deepcopy(reh.config)
-        validate(checked, schema=schema)
-        spec = resolve(checked)
-        for target in spec.targets:
-            validate(spec.settings(target), schema=schema)
+        resolve(copy.deepcopy(reh.config))
         reh_mod.fetch_qwen3_tokenizer(out / "tokenizers" / "qwen3")
         reh_mod.build_standins(reh)
     except (ConfigError, StageError) as exc:

@@ -93,7 +93,7 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
 def prompt_format(target: Mapping[str, Any]) -> str:
     """How a target's prompts are formatted, as every record of the target says: ``chat`` (its
     chat template) or ``plain`` (a base model: the prompt text as is)."""
-    return "chat" if target.get("chat_template", True) else "plain"
+    return "chat" if target["chat_template"] else "plain"
 
 
 def dataclass_rows(rows: Sequence[Any]) -> pd.DataFrame:

@@ -34,8 +34,8 @@ class SamplingLaw:
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> SamplingLaw:
         """The law of a config's ``evaluation_law`` (or similar) mapping."""
-        return cls(float(spec.get("temperature", 1.0)), float(spec.get("top_p", 1.0)),
-                   int(spec.get("top_k", 0)))
+        return cls(float(spec["temperature"]), float(spec["top_p"]),
+                   int(spec["top_k"]))
 
     @property
     def is_plain(self) -> bool:

@@ -272,7 +272,7 @@ def test_cli_writes_both_records(tmp_path):
 
     files = build_records(tmp_path, anchors_per_domain=3)
     spec = json.dumps({"bootstrap": 200, "level": 0.95, "kmedian_k": [1, 2],
-                       "kmedian_restarts": 2})
+                       "kmedian_restarts": 2, "reveal_undefined_max": 0.05})
     out = tmp_path / "out"
     argv = ["--spec", spec, "--anchors", *map(str, files["anchors"]),
             "--paths", *map(str, files["paths"]), "--floors", *map(str, files["floors"]),

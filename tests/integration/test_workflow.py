@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import (REPO, SMOKE_CONFIG, copy_results, dry_run_jobs,
+from conftest import (REPO, SMOKE_CONFIG, copy_results, dry_run_jobs, load_config,
                       snakemake, snakemake_cmd, snakemake_env)
 
 # the shared smoke DAG (conftest.smoke_run) is built in the first test that asks for it: up to
@@ -30,7 +30,7 @@ TABLES = [i.name for i in ITEMS if i.kind == "table"]
 
 
 def _write_config(path: Path, mutate) -> Path:
-    cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
+    cfg = load_config(SMOKE_CONFIG)
     mutate(cfg)
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))  # domain order is part of the specs
     return path
@@ -75,7 +75,7 @@ def test_inconsistent_drafter_sections_are_refused(tmp_path: Path, mutate, needl
 
 
 def test_smoke_dag_end_to_end(smoke_run: Path) -> None:
-    cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
+    cfg = load_config(SMOKE_CONFIG)
     target, second = cfg["targets"]
     results = smoke_run / "results" / target
     manifest = json.loads((results / "manifest.json").read_text())
@@ -263,7 +263,7 @@ def test_renamed_drafters_build_every_item(smoke_run: Path, tmp_path: Path) -> N
 
     cfg = _write_config(tmp_path / "renamed.yaml", rename)
     work = tmp_path / "work"
-    target = next(iter(yaml.safe_load(SMOKE_CONFIG.read_text())["targets"]))
+    target = next(iter(load_config(SMOKE_CONFIG)["targets"]))
     # the floor half and the drafter training data name no drafter: reused; the items and the
     # values they print are the targets (the PDF, manifests and notebook read no drafter name)
     copy_results(smoke_run, work, {"drafters", "drafter_eval", "gaps"})
@@ -308,7 +308,7 @@ def test_kill_mid_dag_then_rerun_gives_the_same_records(smoke_run: Path, tmp_pat
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # Kill once DFlash has written its first epoch's checkpoint: some outputs exist, some jobs
     # are half done.
-    cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
+    cfg = load_config(SMOKE_CONFIG)
     target = next(iter(cfg["targets"]))           # the target that trains the shared variants
     epochs = cfg["drafters"]["variants"]["dflash"]["epochs"]
     assert epochs >= 2 and "settings" not in cfg["targets"][target]
@@ -354,7 +354,7 @@ def test_the_served_trimmed_drafter_accepts_as_replayed(smoke_run: Path) -> None
     served tokens are draws from the target's law (lossless test, |z| < 4)."""
     from floorgap.estimators.served import acceptance_test, lossless_z
 
-    cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
+    cfg = load_config(SMOKE_CONFIG)
     target = next(iter(cfg["targets"]))
     gamma = int(cfg["anchors"]["gamma"])
     entry = cfg["drafters"]["variants"]["dflash"]
@@ -384,12 +384,12 @@ def test_the_served_trimmed_drafter_accepts_as_replayed(smoke_run: Path) -> None
 
 def test_explore_notebook_runs_on_the_records(smoke_run: Path) -> None:
     """The exploration notebook (Snakemake `notebook:`) runs over a finished run's summaries."""
-    target = next(iter(yaml.safe_load(SMOKE_CONFIG.read_text())["targets"]))
+    target = next(iter(load_config(SMOKE_CONFIG)["targets"]))
     out = f"results/{target}/explore/overview.csv"
     res = snakemake(out, "--cores", "1", "--configfile", str(SMOKE_CONFIG), cwd=smoke_run)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     overview = pd.read_csv(smoke_run / out, index_col=0)
-    cfg = yaml.safe_load(SMOKE_CONFIG.read_text())
+    cfg = load_config(SMOKE_CONFIG)
     assert len(overview) == cfg["anchors"]["gamma"]
     assert {"T0", "R dflash", "R_oracle dspark", "R_oracle ours"} <= set(overview.columns)
     assert (smoke_run / "results" / "logs" / "explore" / f"{target}.ipynb").exists()

@@ -10,7 +10,7 @@ import torch
 from floorgap.stages import drafters as train_cli
 from floorgap.stages import drafter_data as data_cli
 from floorgap.stages._cli import run_stage
-from floorgap.data.drafter_data import block_index, load_drafter_data, sequence
+from floorgap.models.examples import block_index, load_drafter_data, sequence
 from floorgap.models.checkpoints import load_final
 from floorgap.models.drafter_training import heldout_sequences
 from floorgap.records import read_table
@@ -203,7 +203,7 @@ def test_block_batches_cover_every_block_once_per_sequence(smoke_domain_records,
     """Grouped batches: each holds blocks of one sequence, an epoch covers every block once,
     the order is keyed by (seed, epoch), a batch equals its blocks taken one by one, and block
     budgets keep nested sets of whole sequences."""
-    from floorgap.models.drafter_training import BlockExamples
+    from floorgap.models.examples import BlockExamples
     from floorgap.models.targets import load_target
 
     cfg, target, model_dir, *_ = smoke_domain_records
@@ -240,7 +240,7 @@ def test_stored_features_are_the_computed_ones(smoke_domain_records, train_data,
     """A record written with store_features holds, per sequence, exactly the features training
     would compute (fp32 target, same taps), and BlockExamples reads them instead; other taps fall
     back to computing. The targets are the same as without features."""
-    from floorgap.models.drafter_training import BlockExamples
+    from floorgap.models.examples import BlockExamples
     from floorgap.models.from_target import target_features
     from floorgap.models.targets import load_target
 

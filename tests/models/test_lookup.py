@@ -99,11 +99,11 @@ def _hand_tv(q: torch.Tensor, ids: list[int], vals: list[float]) -> float:
 
 @pytest.mark.parametrize("kind", ["unigram", "bigram_committed", "bigram"])
 def test_held_out_risk_by_slot_scores_every_block_as_the_drafters_do(kind: str) -> None:
-    """Block by block (floorgap.data.drafter_data.block_index) through the drafters'
+    """Block by block (floorgap.models.examples.block_index) through the drafters'
     interface: slot k of the block with context c is scored against the target row predicting
     token c + k, q_k conditioned on the committed token (order 0) or on the realised
     predecessor (order 1)."""
-    from floorgap.data.drafter_data import block_index
+    from floorgap.models.examples import block_index
     from floorgap.models.lookup import heldout_lookup_risk
 
     data = _record()
@@ -142,7 +142,7 @@ def test_a_budget_keeps_nested_whole_sequences_the_same_for_tables_and_drafters(
     """budget_sequences (what BlockExamples and a lookup entry's ``blocks`` train on): whole
     sequences of one seeded order, at least the budget's blocks, smaller budgets nested in
     larger ones, only sequences of the pool."""
-    from floorgap.models.drafter_training import budget_sequences
+    from floorgap.models.examples import budget_sequences
 
     block_seq = torch.repeat_interleave(torch.arange(10), torch.tensor([3, 1, 4, 1, 5, 9, 2,
                                                                         6, 5, 3]))
@@ -166,9 +166,8 @@ def test_a_lookup_entry_with_blocks_fits_on_the_budget_and_records_its_held_out_
     of that budget trains on, and its record carries the held-out R by slot."""
     import logging
 
-    from floorgap.data.drafter_data import FORMAT, block_index
-    from floorgap.models.drafter_training import (budget_sequences, fit_lookup_variant,
-                                                  split_sequences)
+    from floorgap.models.drafter_training import fit_lookup_variant, split_sequences
+    from floorgap.models.examples import FORMAT, block_index, budget_sequences
     from floorgap.models.lookup import heldout_lookup_risk
 
     g = torch.Generator().manual_seed(3)

@@ -130,7 +130,7 @@ def test_a_killed_serving_job_resumes_from_its_journal(sglang_server, tmp_path, 
     import contextlib
     import logging
 
-    import floorgap.probes.serving as serving
+    import floorgap.stages.serving as serving
     from floorgap.stages.serving import serve_runs
 
     monkeypatch.setattr(serving, "running_engine", lambda *a, **k: contextlib.nullcontext())

@@ -42,7 +42,7 @@ def budget_inputs(tmp_path_factory):
             "train_epochs": {"base": 2, "few": 9, "many": 1, "few-ce": 9, "markov": 1},
             "lookups": {"table-few": "bigram_committed", "table-many": "bigram_committed",
                         "bigram": "bigram"},
-            "dpi": 60}
+            "width_in": 3.4, "height_in": 2.4, "font_size": 8, "dpi": 60}
     return inputs, spec
 
 

@@ -42,7 +42,7 @@ def summary_path(tmp_path_factory):
                                       anchors_per_domain=4, gamma=4)
     out = root / "floors"
     spec = json.dumps({"bootstrap": 200, "level": 0.95, "kmedian_k": [1, 2, 4],
-                       "kmedian_restarts": 2})
+                       "kmedian_restarts": 2, "reveal_undefined_max": 0.05})
     argv = ["--spec", spec, "--anchors", *map(str, files["anchors"]),
             "--paths", *map(str, files["paths"]), "--floors", *map(str, files["floors"]),
             "--out-anchor-slot", str(out / "anchor_slot.parquet"),
@@ -171,7 +171,8 @@ def test_top20_calibration_table_against_the_full_vocabulary(tmp_path):
     files = _builders().build_records(tmp_path, domains=("gsm8k", "mbpp"), anchors_per_domain=3,
                                       gamma=3, V=30, K=22)
     out = tmp_path / "floors"
-    spec = json.dumps({"bootstrap": 50, "level": 0.95, "kmedian_k": [1], "kmedian_restarts": 1})
+    spec = json.dumps({"bootstrap": 50, "level": 0.95, "kmedian_k": [1], "kmedian_restarts": 1,
+                       "reveal_undefined_max": 0.05})
     argv = ["--spec", spec, "--anchors", *map(str, files["anchors"]),
             "--paths", *map(str, files["paths"]), "--floors", *map(str, files["floors"]),
             "--out-anchor-slot", str(out / "anchor_slot.parquet"),

@@ -15,6 +15,9 @@ from floorgap.reports.serving_items import (
     table11_concurrency,
 )
 
+#: The plotting options every figure item reads (the config's ``figures`` section).
+FIGURES = {"width_in": 3.4, "height_in": 2.4, "font_size": 8, "dpi": 60}
+
 
 def _replay() -> pd.DataFrame:
     """dflash replayed at both temperatures (gamma 2): every round accepts one draft, the
@@ -74,7 +77,7 @@ def test_tables_and_values(tmp_path: Path) -> None:
 
 
 def test_served_against_offline_figure(tmp_path: Path) -> None:
-    values = figH_served_vs_offline({"summary": _summary(tmp_path)}, {}, tmp_path)
+    values = figH_served_vs_offline({"summary": _summary(tmp_path)}, FIGURES, tmp_path)
     assert (tmp_path / "figH_served_vs_offline.pdf").stat().st_size > 0
     assert values["\\fgServedOfflineDflashTOneTauMatched"] == "2.000"
     assert values["\\fgServedOfflineDflashTOneTauOffline"] == "1.625"
@@ -89,7 +92,8 @@ def test_served_against_offline_figure(tmp_path: Path) -> None:
     # with roles, the paper's macros follow the role, whatever the variant is called: here
     # the replayed system fills the order-1 role, and the order-0 variant was not served
     by_role = figH_served_vs_offline({"summary": _summary(tmp_path)},
-                                     {"roles": {"order0": "blockwise", "order1": "dflash",
-                                                "ours": "head"}}, tmp_path)
+                                     {**FIGURES, "roles": {"order0": "blockwise",
+                                                           "order1": "dflash", "ours": "head"}},
+                                     tmp_path)
     assert by_role["\\fgServedOfflineDsparkTOneTauMatched"] == "2.000"
     assert by_role["\\fgServedOfflineDflashTOneTauMatched"] == "--"

@@ -1,4 +1,4 @@
-# Shared wiring: config validation (before any job runs), the resolved workflow spec, wildcard
+# Shared wiring: the resolved workflow spec (the config validated before any job runs), wildcard
 # constraints and the file names every stage shares. Decisions (roles, evaluation groups, seed
 # keys, consistency checks, the specs each command receives) live in floorgap.config, where
 # unit tests reach them; rules only name files, resources and the command. Specs travel as
@@ -6,11 +6,6 @@
 import os
 import re
 import sys
-
-from snakemake.utils import validate
-
-
-validate(config, schema="../schemas/config.schema.yaml")
 
 try:
     from floorgap.config import ConfigError, as_json, resolve
@@ -22,12 +17,10 @@ except ImportError as exc:
     ) from exc
 
 try:
+    # validated against the schema (defaults filled; each target's merged settings too)
     W = resolve(config)
 except ConfigError as exc:
     raise ValueError(f"inconsistent config: {exc}") from None
-# each target's settings merged over the shared sections must be a valid config too
-for _target in W.targets:
-    validate(W.settings(_target), schema="../schemas/config.schema.yaml")
 
 # Rules call the console command `floorgap`: put the interpreter running Snakemake (for instance
 # .venv/bin of `.venv/bin/snakemake`) first on PATH, so the jobs find it without an activated
@@ -51,7 +44,7 @@ wildcard_constraints:
     variant="|".join(map(str, W.drafter_names)) or "NONE",
     summary="|".join(W.eval_groups),
     # the configured systems and the folders the checks serve
-    system="|".join([*(W.serving or {}).get("systems", []), *W.check_systems]) or "NONE",
+    system="|".join([*W.serving["systems"], *W.check_systems]) or "NONE",
 
 
 def model_dir(target):

@@ -12,6 +12,9 @@ from typing import Any
 
 import torch
 
+from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED, cluster_resample, prompt_bootstrap
+from floorgap.estimators.concentration import percentile_interval_finite
+
 __all__ = ["reveal_stats"]
 
 
@@ -35,9 +38,6 @@ def _one_j(sub: torch.Tensor, s2: torch.Tensor, pi: torch.Tensor, prompts: list[
                   rs: Any, level: float) -> dict[str, Any]:
     """Statistics of one J from ``sub`` = ``[anchors, slots 1..gamma-1, J]`` per-j floors and
     ``s2``, the within-anchor variance of one revealed predecessor (see :func:`reveal_stats`)."""
-    from floorgap.estimators.aggregate import prompt_bootstrap
-    from floorgap.estimators.concentration import percentile_interval_finite
-
     def interval(reps: torch.Tensor) -> tuple[float, float]:
         lo, hi, _ = percentile_interval_finite(reps, level)
         return float(lo), float(hi)
@@ -88,8 +88,6 @@ def reveal_stats(floors: torch.Tensor, pi: torch.Tensor, prompts: Sequence[str],
     predecessors were revealed (within-anchor variance from all J_max j's over the anchor's
     count of defined j's, linearised Hajek weights).
     """
-    from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED, cluster_resample
-
     floors = torch.as_tensor(floors, dtype=torch.float64)
     if floors.dim() != 3 or floors.shape[1] < 2:
         raise ValueError("floors must be [anchors, gamma >= 2, J]")

@@ -50,9 +50,11 @@ from floorgap.estimators.served import (
     round_accepted_length,
     run_time_shares,
     served_macro,
+    slot_acceptance_tests,
     speedup_by_task,
     task_row_counts,
 )
+from floorgap.records import read_table
 
 AR = "ar"
 REQUEST_COLUMNS = ("system", "task", "row_id", "temperature", "concurrency", "completion_tokens",
@@ -65,8 +67,6 @@ ROUND_COLUMNS = ("system", "task", "row_id", "temperature", "accepted", "complet
 def _read_records(files: Sequence[str | Path], columns: Sequence[str], kind: str
                   ) -> list[pd.DataFrame]:
     """The record files, each checked for ``columns`` (a missing one names the file)."""
-    from floorgap.records import read_table
-
     frames = []
     for f in files:
         df = read_table(f)
@@ -293,8 +293,6 @@ def engine_reading(requests: pd.DataFrame, runs: pd.DataFrame, rounds: pd.DataFr
     temperature > 0 the per-slot test of the engine-counted acceptances against the replay
     (:func:`floorgap.estimators.served.slot_acceptance_tests` over the complete rounds: the
     engine's count at slot k less that of the incomplete rounds, which the records hold)."""
-    from floorgap.estimators.served import slot_acceptance_tests
-
     out: dict[float, dict[str, Any]] = {}
     for temp, counted in engine_counts(runs).items():
         records = record_counts(requests[requests["temperature"] == temp], gamma)

@@ -23,7 +23,6 @@ from typing import Any
 
 from floorgap.config.base import (
     COMPONENTS_SEED_KEY,
-    KIND_ORDER,
     NAME_PATTERN,
     ROLES,
     ROLES_JOB,
@@ -34,34 +33,45 @@ from floorgap.config.base import (
     as_json,
     check_names,
     check_targets,
+    drafter_epochs,
     is_checkpoint,
     merge_settings,
+    validate_config,
     variant_kind,
 )
 from floorgap.config.checks import (
     CHECK_FILES,
-    CheckSpecs,
     check_checks,
     check_paths,
     decompose_overlay,
     decomposition_paths,
     write_overlay,
 )
-from floorgap.config.drafters import DrafterSpecs, check_drafters
+from floorgap.config.drafters import check_drafters
+from floorgap.config.kinds import (
+    DRAFTER_KINDS,
+    ENGINE_KINDS,
+    KIND_ORDER,
+    KINDS,
+    LOOKUP_KINDS,
+    SERVED_FORMATS,
+    ProposalKind,
+)
 from floorgap.config.probes import ProbeSpecs
 from floorgap.config.reports import REPORT_SUMMARIES, ReportSpecs, ReportSummary
-from floorgap.config.serving import SERVED_FORMATS, ServingSpecs, check_serving
+from floorgap.config.serving import ServingSpecs, check_serving
 
 __all__ = [
-    "CHECK_FILES", "COMPONENTS_SEED_KEY", "KIND_ORDER", "NAME_PATTERN", "REPORT_SUMMARIES",
+    "CHECK_FILES", "COMPONENTS_SEED_KEY", "DRAFTER_KINDS", "ENGINE_KINDS", "KINDS", "KIND_ORDER",
+    "LOOKUP_KINDS", "ProposalKind", "NAME_PATTERN", "REPORT_SUMMARIES",
     "ROLES", "ROLES_JOB", "SERVED_FORMATS", "SUMMARIES", "TARGET_SCOPES", "ConfigError",
     "Evaluation", "ReportSummary", "WorkflowSpec", "as_json", "check_consistency",
-    "check_paths", "decompose_overlay", "decomposition_paths", "is_checkpoint",
-    "merge_settings", "resolve", "variant_kind", "write_overlay",
+    "check_paths", "decompose_overlay", "decomposition_paths", "drafter_epochs", "is_checkpoint",
+    "merge_settings", "resolve", "validate_config", "variant_kind", "write_overlay",
 ]
 
 
-class WorkflowSpec(ProbeSpecs, DrafterSpecs, CheckSpecs, ServingSpecs, ReportSpecs):
+class WorkflowSpec(ServingSpecs, ProbeSpecs, ReportSpecs):
     """The resolved config: names, roles, evaluation groups and every stage's spec."""
 
     def validate(self) -> None:
@@ -83,5 +93,7 @@ def check_consistency(spec: WorkflowSpec) -> None:
 
 
 def resolve(config: Mapping[str, Any]) -> WorkflowSpec:
-    """The resolved :class:`WorkflowSpec` of a schema-validated config."""
+    """The resolved :class:`WorkflowSpec` of ``config``, validated against the schema first
+    (its defaults filled in place; each target's merged settings too)."""
+    validate_config(config)
     return WorkflowSpec(config)

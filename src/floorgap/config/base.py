@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from floorgap.config.kinds import FORMAT_ALSO_HOLDS, FORMAT_KINDS, KIND_ORDER
 
 #: The evaluation groups of drafter_eval and the summaries of gaps (paper Tables 5-8, 10, 13;
 #: ``decompose`` the user's checkpoint drafters of the ``decompose`` section).
@@ -17,15 +20,6 @@ SUMMARIES = ("summary", "trajectory", "components", "budget", "decompose")
 ROLES = ("order0", "order1", "ours")
 #: The seed key every component arm shares, so that the arms start from the same draws.
 COMPONENTS_SEED_KEY = "components"
-#: The drafter kind each engine format holds unless the entry names another: a dspark folder
-#: (``Qwen3DSparkModel``) with markov_rank 0 is DeepSpec's DFlash (``kind: dflash``), and
-#: speculators folders hold either kind (the entry must name it).
-FORMAT_KINDS = {"dflash": "dflash", "dspark": "dspark"}
-FORMAT_ALSO_HOLDS = {"dspark": ("dflash",), "speculators": ("dflash", "dspark")}
-# The conditioning order of every proposal kind (drafters and lookup tables): 0 reads X only,
-# 1 also the predecessor z_{k-1}
-KIND_ORDER = {"dflash": 0, "dspark": 1, "prefix_attention": 1,
-              "unigram": 0, "bigram_committed": 0, "bigram": 1}
 #: The keys a checkpoint entry may carry: the architecture and weights come from the folder.
 CHECKPOINT_KEYS = frozenset({"name", "kind", "layers", "checkpoint"})
 #: Names of drafters (config keys, results folders): the schema's pattern.
@@ -39,6 +33,18 @@ ROLES_JOB = "roles"
 #: Keys of a target entry that configure the workflow rather than the model (left out of the
 #: target spec every stage receives, so changing them reruns only what they change).
 TARGET_WORKFLOW_KEYS = ("scope", "settings", "placement")
+
+
+#: The config's JSON schema: every knob with its default and description.
+SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def validate_config(config: Mapping[str, Any]) -> None:
+    """Validate ``config`` against :data:`SCHEMA`, filling in the schema's defaults in place:
+    the one home of a knob's default (the code reads ``config[key]``)."""
+    from snakemake.utils import validate  # the resolver alone needs Snakemake's validator
+
+    validate(config, schema=str(SCHEMA))
 
 
 def merge_settings(base: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,6 +97,12 @@ def variant_kind(entry: Mapping[str, Any], where: str = "drafter entry") -> str:
         raise ConfigError(f"{where}: kind {kind} contradicts checkpoint.format {fmt} (a {fmt} "
                           f"folder holds a {implied} drafter); drop kind or fix the format")
     return str(kind if kind is not None else implied)
+
+
+def drafter_epochs(entry: Mapping[str, Any], train: Mapping[str, Any]) -> int:
+    """The epochs a drafter trains: its entry's ``epochs``, else ``drafters.train.epochs`` (the
+    one rule: the trainer writes that many epoch files and the evaluation groups read them)."""
+    return int(entry.get("epochs", train["epochs"]))
 
 
 def with_kind(entry: dict[str, Any]) -> dict[str, Any]:
@@ -173,6 +185,8 @@ class SpecCore:
         self.checks = {name: dict(entry) for name, entry in (cfg.get("check") or {}).items()}
         self._settings = {t: merge_settings(cfg, cfg["targets"][t].get("settings") or {})
                           for t in self.targets}
+        for merged in self._settings.values():
+            validate_config(merged)  # a target's merged config is a config too
         # a table fitted on a subset of the training blocks (``blocks``) belongs to the budget
         # study, beside the study's drafters trained on the same subset
         self.budget_lookups = [t for t in self.lookups
@@ -235,7 +249,7 @@ class SpecCore:
     def scope(self, target: str) -> str:
         """What ``target`` runs (one of TARGET_SCOPES); the primary target is always
         ``full``."""
-        scope = str(self.config["targets"][target].get("scope", "full"))
+        scope = str(self.config["targets"][target]["scope"])
         if scope not in TARGET_SCOPES:
             raise ConfigError(f"targets.{target}.scope {scope!r} is none of {TARGET_SCOPES}")
         return scope
@@ -294,7 +308,7 @@ class SpecCore:
 
     def drafter_gpus(self, target: str) -> int:
         return self.gpus(target) * int(self.settings(target)["drafters"]["train"]
-                                       .get("processes", 1))
+                                       ["processes"])
 
     def target(self, name: str) -> dict[str, Any]:
         """The model entry of target ``name`` (without its workflow keys: scope, settings)."""
@@ -330,8 +344,8 @@ class SpecCore:
         return is_checkpoint(self.variant_entry(name, target))
 
     def variant_epochs(self, name: str, target: str) -> int:
-        entry = self.variant_entry(name, target)
-        return int(entry.get("epochs", self.settings(target)["drafters"]["train"]["epochs"]))
+        return drafter_epochs(self.variant_entry(name, target),
+                              self.settings(target)["drafters"]["train"])
 
     def drafter_priority(self, name: str, target: str) -> int:
         """The scheduling priority of drafter ``name``'s training job: the gap half's chain
@@ -345,6 +359,38 @@ class SpecCore:
         if is_checkpoint(entry) or name not in variants or "blocks" in entry:
             return 0
         return self.variant_epochs(name, target)
+
+    # ------------------------------------------------- what more than one stage family reads
+
+    @property
+    def serving(self) -> dict[str, Any]:
+        """The serving section (the engine, its python, the systems and the tasks)."""
+        return self.config["serving"]
+
+    def analysis_spec(self, **extra: Any) -> dict[str, Any]:
+        """Estimation settings; the config seed keys the bootstrap and K-median draws."""
+        return {**self.config["analysis"], "seed": self.config["seed"], **extra}
+
+    def lookup_contrasts(self, drafters: Sequence[str]) -> list[list[str]]:
+        """[drafter, table] for each of ``drafters`` and each lookup table of its order fitted
+        on all the training data: the paired differences that say whether a drafter beats a
+        lookup table."""
+        return [[d, t] for d in drafters for t in self.reference_lookups
+                if self.drafter_order(d) == self.drafter_order(t)]
+
+    def drafter_order(self, name: str) -> int:
+        """The information order of a drafter or lookup table (0 reads X only, 1 also its
+        predecessor), from the primary target's entry: a target replaces an entry's values, and
+        the order-0 role is checked on every target (check_targets)."""
+        return KIND_ORDER[str(self.variant_entry(name, self.primary)["kind"])]
+
+    def check_contrasts(self) -> list[list[str]]:
+        """[a, b] for every pair of drafters one check compares, in its order: their paired
+        differences on the same anchors and paths (tau always; the risk by slot where the two
+        are of one order)."""
+        pairs = [(a, b) for entry in self.checks.values()
+                 for i, a in enumerate(entry["drafters"]) for b in entry["drafters"][i + 1:]]
+        return [list(p) for p in dict.fromkeys(pairs)]
 
     def summary_evaluations(self, summary: str, target: str) -> list[Evaluation]:
         """The evaluations a gaps summary of ``target`` reads: its evaluation group; a

@@ -9,8 +9,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from floorgap.config.base import NAME_PATTERN, ConfigError, SpecCore, variant_kind
-from floorgap.config.serving import SERVED_FORMATS
+from floorgap.config.base import NAME_PATTERN, ConfigError, variant_kind
+from floorgap.config.drafters import DrafterSpecs
+from floorgap.config.kinds import SERVED_FORMATS
 
 #: The files the decomposition stage writes per drafter (results/<target>/decomposition/).
 DECOMPOSITION_EXTS = ("csv", "tex", "md")
@@ -31,16 +32,8 @@ def check_paths(name: str) -> list[str]:
     return [f"results/check/{name}/{f}" for f in CHECK_FILES]
 
 
-class CheckSpecs(SpecCore):
+class CheckSpecs(DrafterSpecs):
     """The specs of the decomposition, export_fidelity and check_report stages."""
-
-    def check_contrasts(self) -> list[list[str]]:
-        """[a, b] for every pair of drafters one check compares, in its order: their paired
-        differences on the same anchors and paths (tau always; the risk by slot where the two
-        are of one order)."""
-        pairs = [(a, b) for entry in self.checks.values()
-                 for i, a in enumerate(entry["drafters"]) for b in entry["drafters"][i + 1:]]
-        return [list(p) for p in dict.fromkeys(pairs)]
 
     def check_target(self, name: str) -> str:
         """The target check ``name`` runs on (its ``target``, else the primary one)."""
@@ -60,8 +53,8 @@ class CheckSpecs(SpecCore):
                 "pairs": pairs, "level": self.config["analysis"]["level"],
                 "references": dict(entry.get("references") or {}),
                 "served": self.check_served(name), "not_served": self.check_not_served(name),
-                "engine": entry.get("engine") or (self.serving or {}).get("engine"),
-                "tasks": list((self.serving or {}).get("tasks", [])),
+                "engine": entry.get("engine") or self.serving["engine"],
+                "tasks": list(self.serving["tasks"]),
                 "bootstrap": self.config["analysis"]["bootstrap"], "seed": self.config["seed"],
                 "command": entry.get("command", ""),
                 "configfiles": list(entry.get("configfiles", []))}
@@ -82,17 +75,14 @@ class CheckSpecs(SpecCore):
                 "reference": entry["references"][drafter],
                 "law": self.settings(target)["evaluation_law"],
                 "gamma": self.settings(target)["anchors"]["gamma"],
-                "anchors_per_domain": int(entry.get("fidelity_anchors", 4))}
+                "anchors_per_domain": int(entry["fidelity_anchors"])}
 
     def check_not_served(self, name: str) -> dict[str, str]:
         """Why a drafter of check ``name`` is not served, by drafter (the others are served):
-        the check does not serve (``serve: false``, or no serving section), the folder is in a
-        layout no engine loads, or the engine cannot run its method where the target runs."""
+        the check does not serve (``serve: false``), the folder is in a layout no engine
+        loads, or the engine cannot run its method where the target runs."""
         entry = self.checks[name]
-        if self.serving is None:
-            return {d: "the config has no serving section (the engine, its python and the "
-                       "tasks)" for d in entry["drafters"]}
-        if not entry.get("serve", True):
+        if not entry["serve"]:
             return {d: "the check does not serve (--no-serve)" for d in entry["drafters"]}
         device = str(self.config["targets"][self.check_target(name)]["device"])
         why = {}
@@ -122,13 +112,13 @@ class CheckSpecs(SpecCore):
 
     def check_serve_rows(self, drafter: str) -> int:
         """Rows per task a checked drafter is served on (the most any of its checks asks)."""
-        return max(int(e.get("serve_rows", 1)) for e in self.checks.values()
+        return max(int(e["serve_rows"]) for e in self.checks.values()
                    if drafter in e["drafters"])
 
     def check_engine(self, drafter: str) -> dict[str, str]:
         """The engine and interpreter a checked drafter is served with: its check's ``engine``
         (and ``python``), else the serving section's."""
-        serving = self.serving or {}
+        serving = self.serving
         entry = next(e for e in self.checks.values() if drafter in e["drafters"])
         engine = str(entry.get("engine") or serving["engine"])
         default = serving["python"] if engine == serving["engine"] else ENGINE_PYTHONS[engine]
@@ -188,9 +178,6 @@ def check_checks(spec: CheckSpecs) -> None:
             raise ConfigError(f"check.{name}.target {target!r} is not a target of scope full "
                               f"({', '.join(t for t in spec.targets if spec.scope(t) == 'full')})"
                               "; name one of them")
-        if entry.get("serve") and spec.serving is None:
-            raise ConfigError(f"check.{name}.serve is on, but the config has no serving section "
-                              "(the engine, its python and the tasks); add one or drop serve")
         for d in spec.check_served(name):
             engines = {str(e.get("engine") or spec.serving["engine"])
                        for e in spec.checks.values() if d in e["drafters"]}

@@ -4,11 +4,10 @@ Secs. 3.3, 4; App. E)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from floorgap.config.base import (
-    KIND_ORDER,
     ROLES,
     ConfigError,
     SpecCore,
@@ -16,6 +15,7 @@ from floorgap.config.base import (
     is_checkpoint,
     variant_kind,
 )
+from floorgap.config.kinds import KINDS
 
 
 class DrafterSpecs(SpecCore):
@@ -36,7 +36,7 @@ class DrafterSpecs(SpecCore):
                 "training_data": drafters["training_data"], "corpus": cfg["corpus"],
                 "evaluation_law": cfg["evaluation_law"], "gamma": cfg["anchors"]["gamma"],
                 "seed": cfg["seed"]}
-        if drafters["training_data"].get("store_features", False):
+        if drafters["training_data"]["store_features"]:
             spec["features"] = {"taps": self.taps(target),
                                 "dtype": drafters["train"].get("autocast") or "float32"}
         return spec
@@ -85,13 +85,6 @@ class DrafterSpecs(SpecCore):
                                              *self.lookup_contrasts(roles)],
                                   lookups=self.reference_lookups)
 
-    def lookup_contrasts(self, drafters: Sequence[str]) -> list[list[str]]:
-        """[drafter, table] for each of ``drafters`` and each lookup table of its order fitted
-        on all the training data: the paired differences that say whether a drafter beats a
-        lookup table."""
-        return [[d, t] for d in drafters for t in self.reference_lookups
-                if self.drafter_order(d) == self.drafter_order(t)]
-
     def budget_contrasts(self) -> list[list[str]]:
         """[arm, table] for each budget arm and each budget table of its order fitted on as
         many blocks: whether the arm beats the table that saw the same data."""
@@ -105,27 +98,21 @@ class DrafterSpecs(SpecCore):
         beside it."""
         return [t for [_, t] in self.lookup_contrasts([drafter])]
 
-    def drafter_order(self, name: str) -> int:
-        """The information order of a drafter or lookup table (0 reads X only, 1 also its
-        predecessor), from the primary target's entry: a target replaces an entry's values, and
-        the order-0 role is checked on every target (check_targets)."""
-        return KIND_ORDER[str(self.variant_entry(name, self.primary)["kind"])]
-
     def export_formats(self, variant: str | Mapping[str, Any]) -> list[str]:
         """The checkpoint formats drafter ``variant`` (a name or an entry) is exported in: its
-        engine format and speculators for dflash and dspark; only floorgap's own layout for
-        the prefix-attention kind and for short_conv or slot_embeddings, which no engine has
-        a module for (floorgap.models.engine_formats refuses them in the engine formats)."""
+        kind's formats (``config.kinds.KINDS``: its engine's layout and speculators); only
+        floorgap's own layout for a kind no engine has a module for and for short_conv or
+        slot_embeddings (floorgap.models.engine_formats refuses them in the engine formats)."""
         entry = self.variant_entry(variant, self.primary) if isinstance(variant, str) \
             else variant
         kind = variant_kind(entry, f"drafter {entry.get('name')}")
         extras = entry.get("short_conv") or entry.get("slot_embeddings")
-        if kind not in ("dflash", "dspark") or extras:
+        if not KINDS[kind].formats or extras:
             return ["floorgap"]
         if is_checkpoint(entry) and entry["checkpoint"]["format"] == "dspark" \
                 and kind == "dflash":
             return ["dspark"]  # DeepSpec's DFlash: anchor rows, served as a markov_rank-0 DSpark
-        return [kind, "speculators"]
+        return list(KINDS[kind].formats)
 
     def export_targets(self) -> list[str]:
         """The export folders ``all`` builds: every drafter of ``drafters.variants`` of the

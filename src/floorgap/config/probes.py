@@ -39,10 +39,6 @@ class ProbeSpecs(SpecCore):
                 "law": cfg["evaluation_law"], "gamma": cfg["anchors"]["gamma"],
                 "forward_batch": cfg["rollouts"]["forward_batch"]}
 
-    def analysis_spec(self, **extra: Any) -> dict[str, Any]:
-        """Estimation settings; the config seed keys the bootstrap and K-median draws."""
-        return {**self.config["analysis"], "seed": self.config["seed"], **extra}
-
     # ------------------------------------------------ robustness of the floors (App. C.3-C.7)
 
     #: the variants of the floor_variants section, each a report item's run
@@ -60,9 +56,9 @@ class ProbeSpecs(SpecCore):
     # ------------------------------------------------------- floors through an API (Sec. 3.4)
 
     @property
-    def api_floors(self) -> dict[str, Any] | None:
-        """The api_floors section, or None when the config has none (no api_floors stage)."""
-        return self.config.get("api_floors")
+    def api_floors(self) -> dict[str, Any]:
+        """The api_floors section (the endpoint the floors are read through)."""
+        return self.config["api_floors"]
 
     #: the reads of the api_floors stage: ``api`` (the frontier emulation: top-20, checked on
     #: the same paths) and ``replication`` (App. C.2: a second engine's top-256 reads)
@@ -73,11 +69,11 @@ class ProbeSpecs(SpecCore):
         top_k from the ``replication`` section, on the same endpoint (one port up) without the
         matched check."""
         cfg = self.settings(target)
-        section = dict(self.api_floors or {})
+        section = dict(self.api_floors)
         if read == "replication":
             rep = cfg["replication"]
             endpoint = dict(section["endpoint"])
-            endpoint["port"] = int(endpoint.get("port", 8031)) + 1
+            endpoint["port"] = int(endpoint["port"]) + 1
             section.update(anchors_per_domain=rep["anchors_per_domain"], paths=rep["paths"],
                            top_k=rep["top_k"], matched=False, endpoint=endpoint)
         elif read != "api":
@@ -85,4 +81,4 @@ class ProbeSpecs(SpecCore):
         return {"target": self.target(target), "api_floors": section, "read": read,
                 "law": cfg["evaluation_law"], "gamma": cfg["anchors"]["gamma"],
                 "seed": cfg["seed"],
-                "serving_python": (self.serving or {}).get("python", ".venv-serving/bin/python")}
+                "serving_python": self.serving["python"]}

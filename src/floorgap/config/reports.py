@@ -87,7 +87,7 @@ REPORT_SUMMARIES: dict[str, ReportSummary] = {
     # App. F.3: published accepted lengths to bound, beside the project's own
     "serving": ReportSummary(
         _primary("serving_summary/summary.parquet"),
-        lambda w: {**_roles(w), "published": list((w.serving or {}).get("published", [])),
+        lambda w: {**_roles(w), "published": list(w.serving.get("published", [])),
                    "gamma": w.config["anchors"]["gamma"]}),
     "api_floors": ReportSummary(_primary("api_floors/api/summary.parquet")),
     # App. C.2: the second engine's reads beside the rollouts' full-vocabulary floors

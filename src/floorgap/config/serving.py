@@ -5,19 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from floorgap.config.base import ConfigError, SpecCore, variant_kind
+from floorgap.config.base import ConfigError, variant_kind
+from floorgap.config.checks import CheckSpecs
+from floorgap.config.kinds import ENGINE_KINDS
 
-#: The folder layouts the engines serve (vLLM's and SGLang's dflash and dspark methods).
-SERVED_FORMATS = ("dflash", "dspark")
 
-
-class ServingSpecs(SpecCore):
+class ServingSpecs(CheckSpecs):
     """The specs of the serving_rows, serving, serving_replay and serving_summary stages."""
-
-    @property
-    def serving(self) -> dict[str, Any] | None:
-        """The serving section, or None when the config has none (no serving stages)."""
-        return self.config.get("serving")
 
     def serving_system(self, name: str) -> dict[str, Any]:
         """A served system: ``ar`` (no drafter), ``target`` (the target drafting for itself) or
@@ -46,21 +40,19 @@ class ServingSpecs(SpecCore):
     def serving_port(self, name: str) -> int:
         """System i of serving.systems, then of the checks' served drafters, listens on
         port + i (jobs may run side by side)."""
-        serving = self.serving or {}
-        return int(serving.get("port", 8011)) + [*serving["systems"],
-                                                 *self.check_systems].index(name)
+        return int(self.serving["port"]) + [*self.serving["systems"],
+                                            *self.check_systems].index(name)
 
     def serving_rows_spec(self, target: str) -> dict[str, Any]:
-        serving = self.serving or {}
         cfg = self.settings(target)
-        return {"target": self.target(target), "tasks": serving["tasks"], "seed": cfg["seed"],
+        return {"target": self.target(target), "tasks": self.serving["tasks"], "seed": cfg["seed"],
                 "max_prompt_tokens": cfg["corpus"]["max_prompt_tokens"]}
 
     def serving_spec(self, target: str, system: str) -> dict[str, Any]:
         cfg = self.settings(target)
-        serving = dict(self.serving or {})
+        serving = dict(self.serving)
         serving.update(port=self.serving_port(system),
-                       max_model_len=int(serving.get("max_model_len", 4096)))
+                       max_model_len=int(serving["max_model_len"]))
         if system in self.check_systems and system not in serving["systems"]:
             # a check serves a few rows per task, one request in flight, in its own engine
             serving.update(rows_per_task=self.check_serve_rows(system), concurrency=[1],
@@ -74,7 +66,7 @@ class ServingSpecs(SpecCore):
     def replayed_systems(self) -> list[str]:
         """The served drafters (exported folders) whose rounds the serving_replay stage
         replays offline; `ar` and the target drafting for itself have no drafter to replay."""
-        systems = (self.serving or {}).get("systems", [])
+        systems = self.serving["systems"]
         return [s for s in systems if self.serving_system(s)["format"] is not None]
 
     def serving_replay_spec(self, target: str, system: str) -> dict[str, Any]:
@@ -94,7 +86,7 @@ class ServingSpecs(SpecCore):
 
     def serving_summary_spec(self, target: str) -> dict[str, Any]:
         cfg = self.settings(target)
-        return {"target": self.target(target), "tasks": list((self.serving or {})["tasks"]),
+        return {"target": self.target(target), "tasks": list(self.serving["tasks"]),
                 "bootstrap": cfg["analysis"]["bootstrap"], "level": cfg["analysis"]["level"],
                 "seed": cfg["seed"]}
 
@@ -102,9 +94,7 @@ class ServingSpecs(SpecCore):
 def check_serving(spec: ServingSpecs) -> None:
     """Served systems are `ar`, `target` or drafter variants or component arms of an engine
     kind, with AR there (every speedup is against it); SGLang needs CUDA targets."""
-    serving = spec.config.get("serving")
-    if not serving:
-        return
+    serving = spec.serving
     systems = list(serving["systems"])
     if "ar" not in systems:
         raise ConfigError("serving.systems has no `ar`: every speedup is against AR decoding "
@@ -118,11 +108,12 @@ def check_serving(spec: ServingSpecs) -> None:
                               "drafters.components.arms")
         entry = spec.variant_entry(name, spec.primary)
         kind = variant_kind(entry, f"serving.systems {name}")
-        if kind not in ("dflash", "dspark") or entry.get("short_conv") or \
-                entry.get("slot_embeddings"):
+        extras = entry.get("short_conv") or entry.get("slot_embeddings")
+        if kind not in ENGINE_KINDS or extras:
             raise ConfigError(f"serving.systems {name!r} is a {kind} drafter"
-                              f"{' with short convolutions or slot embeddings' if kind in ('dflash', 'dspark') else ''}"
-                              ", which no engine has a module for; serve dflash or dspark drafters")
+                              f"{' with short convolutions or slot embeddings' if extras else ''}"
+                              ", which no engine has a module for; serve "
+                              f"{' or '.join(ENGINE_KINDS)} drafters")
     if serving["engine"] == "sglang":
         cpu = [t for t in spec.targets if not spec.config["targets"][t]["device"].startswith("cuda")]
         if cpu:

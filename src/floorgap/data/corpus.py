@@ -29,9 +29,11 @@ from typing import Any
 import pyarrow as pa
 import torch
 
-from floorgap.errors import StageError
-from floorgap.progress import Timer, iter_batches, progress
 from floorgap.data.domains import Prompt, load_domain, select_prompts
+from floorgap.errors import StageError
+from floorgap.models.sampled_decode import left_padded
+from floorgap.models.targets import chat_prompt_ids, eos_token_ids, special_token_ids
+from floorgap.progress import Timer, iter_batches, progress
 from floorgap.sampling import SamplingLaw, keyed_draws
 from floorgap.seeds import generator_for
 
@@ -91,7 +93,6 @@ def generate_batch(model: Any, prompt_ids: Sequence[Sequence[int]], seeds: Seque
                    pad_id: int) -> list[Response]:
     """Sample one response per prompt (left-padded batch, KV cache, per-row generators)."""
     device = next(model.parameters()).device
-    from floorgap.models.sampled_decode import left_padded
 
     ids, mask, _ = left_padded(prompt_ids, pad_id)
     width = ids.shape[1]
@@ -161,12 +162,10 @@ class _Selection:
 def _select_domain_prompts(spec: dict[str, Any], tokenizer: Any) -> _Selection:
     """Load the domain and select its prompts, formatting each one on the way (the selection
     filters on the formatted length)."""
-    from floorgap.models.targets import chat_prompt_ids
-
     target, dom, cfg = spec["target"], spec["domain"], spec["corpus"]
     seed = int(spec["seed"])
-    use_template = bool(target.get("chat_template", True))
-    thinking = bool(target.get("enable_thinking", False))
+    use_template = bool(target["chat_template"])
+    thinking = bool(target["enable_thinking"])
     domain = load_domain(dom["name"], seed, source=dom.get("source"),
                          text_field=dom.get("text_field"))
     formatted: dict[str, list[int]] = {}
@@ -254,8 +253,6 @@ def _corpus_metadata(spec: dict[str, Any], domain: Any, law: SamplingLaw, tokeni
                      info: dict[str, Any], eos_ids: list[int], pad_id: int,
                      counts: dict[str, Any]) -> dict[str, Any]:
     """The corpus record's metadata (target, law, special tokens, counts)."""
-    from floorgap.models.targets import special_token_ids
-
     target = spec["target"]
     return {
         "stage": "corpus",
@@ -264,8 +261,8 @@ def _corpus_metadata(spec: dict[str, Any], domain: Any, law: SamplingLaw, tokeni
         "provenance": domain.provenance,
         "target": {"name": target.get("name"), "dtype": target.get("dtype"),
                    "device": target.get("device"),
-                   "chat_template": bool(target.get("chat_template", True)),
-                   "enable_thinking": bool(target.get("enable_thinking", False)),
+                   "chat_template": bool(target["chat_template"]),
+                   "enable_thinking": bool(target["enable_thinking"]),
                    "model": {k: info.get(k) for k in ("source_kind", "source", "architecture",
                                                       "parameters", "vocab_size", "dtype")}},
         "law": asdict(law),
@@ -287,10 +284,8 @@ def build_corpus(spec: dict[str, Any], model: Any, tokenizer: Any,
     ``spec`` is the corpus stage spec (``target``, ``domain``, ``corpus``, ``law``, ``seed``).
     Raises :class:`StageError` when the censored share exceeds ``censored_share_max``.
     """
-    from floorgap.models.targets import eos_token_ids
-
     cfg = spec["corpus"]
-    law = SamplingLaw.from_spec(spec.get("law", {}))
+    law = SamplingLaw.from_spec(spec["law"])
     chosen = _select_domain_prompts(spec, tokenizer)
     eos_ids = eos_token_ids(tokenizer, getattr(model, "generation_config", None))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]

@@ -31,7 +31,8 @@ Blocks. Every response position is a block start: a block with context length c
 (``prompt_len <= c <= len - gamma``) has the context ``sequence[:c]`` (its last token is the
 *committed* token), the block ``sequence[c:c + gamma]`` and at slot k the target at position
 ``c + k - 1`` (teacher forcing along the realised block). Blocks overlap, so the record stores
-one target row per position, not per block (:func:`block_index` lists the blocks).
+one target row per position, not per block (:mod:`floorgap.models.examples`, the record's one
+reader, lists the blocks).
 
 Record (``torch.save``; loads with ``weights_only=True``)::
 
@@ -65,16 +66,20 @@ from typing import Any
 
 import torch
 
+from floorgap.data.domains import load_domain, select_prompts
 from floorgap.errors import StageError
-from floorgap.records import atomic_path
+from floorgap.estimators.barycentre import tv_distance
+from floorgap.estimators.topk import topk_tv
+from floorgap.models.examples import FORMAT
+from floorgap.models.from_target import target_features_and_logits
 from floorgap.models.sampled_decode import DecodedRow, decode_with_targets
+from floorgap.models.targets import chat_prompt_ids, dtype_name, eos_token_ids
 from floorgap.progress import Timer, progress
+from floorgap.records import atomic_path
 from floorgap.sampling import SamplingLaw, law_topk
 from floorgap.seeds import derive_seed
 
 log = logging.getLogger("floorgap.drafter_data")
-
-FORMAT = 2
 
 
 def response_seed(seed: int, prompt_id: str) -> int:
@@ -105,8 +110,6 @@ def position_targets(model: Any, sequence: Sequence[int], prompt_len: int, law: 
     Returns ids int32 [n, K], probabilities float32 [n, K] (descending) and, with ``features``,
     the concatenated hidden states at its taps for every token [len, n_taps * H] (tap t is the
     output of decoder layer t, as :func:`floorgap.models.from_target.target_features` reads it)."""
-    from floorgap.models.from_target import target_features_and_logits
-
     device = next(model.parameters()).device
     ids = torch.tensor([list(sequence)], dtype=torch.long, device=device)
     # the output head runs on the rows read: positions prompt_len - 1 .. len - 1 (the last unused)
@@ -119,19 +122,6 @@ def position_targets(model: Any, sequence: Sequence[int], prompt_len: int, law: 
         feats = feats[0].to("cpu", getattr(torch, features.dtype))
     vals, idx = law_topk(law, logits[0, :-1], top_k)                      # [n, K] each
     return idx.to("cpu", torch.int32), vals.to("cpu", torch.float32), feats
-
-
-def block_index(data: Mapping[str, Any], gamma: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every block of a record: (sequence [N], context length c [N]), c running over
-    ``prompt_len .. len - gamma`` of each sequence in order."""
-    seqs, ctxs = [], []
-    offsets, plen = data["seq_offsets"], data["seq_prompt_len"]
-    for i in range(int(plen.shape[0])):
-        n, lp = int(offsets[i + 1] - offsets[i]), int(plen[i])
-        c = torch.arange(lp, n - gamma + 1, dtype=torch.long)
-        seqs.append(torch.full_like(c, i))
-        ctxs.append(c)
-    return torch.cat(seqs), torch.cat(ctxs)
 
 
 @dataclass(frozen=True)
@@ -155,15 +145,13 @@ class _Settings:
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any], model: Any, tokenizer: Any) -> _Settings:
-        from floorgap.models.targets import eos_token_ids
-
         target, cfg = spec["target"], spec["training_data"]
         eos_ids = eos_token_ids(tokenizer, getattr(model, "generation_config", None))
         return cls(seed=int(spec["seed"]), gamma=int(spec["gamma"]),
                    law=SamplingLaw.from_spec(cfg.get("law") or spec["evaluation_law"]),
                    target_law=SamplingLaw.from_spec(spec["evaluation_law"]),
-                   use_template=bool(target.get("chat_template", True)),
-                   thinking=bool(target.get("enable_thinking", False)),
+                   use_template=bool(target["chat_template"]),
+                   thinking=bool(target["enable_thinking"]),
                    top_k=int(cfg["top_k_targets"]), max_new=int(cfg["max_new_tokens"]),
                    batch_size=int(cfg.get("batch_size", spec["corpus"]["batch_size"])),
                    batch_tokens=cfg.get("batch_tokens"),
@@ -252,9 +240,6 @@ def _training_prompts(dom: Mapping[str, Any], n_prompts: int, st: _Settings,
                       formatted: dict[str, list[int]]) -> tuple[list[Any], Any]:
     """The domain's training prompts (seeded selection order, evaluation ids skipped) and the
     selection; fills ``formatted`` (prompt id -> formatted prompt ids) along the way."""
-    from floorgap.data.domains import load_domain, select_prompts
-    from floorgap.models.targets import chat_prompt_ids
-
     name = dom["name"]
     if name not in excluded:
         raise StageError(f"no evaluation corpus given for domain {name}")
@@ -404,10 +389,6 @@ def teacher_forced_agreement(model: Any, prompts: Sequence[Any],
     the share of top-K ids that agree where the mass is clearly kept (p > 1e-4) and, with
     features, the largest feature difference relative to the sequence's largest feature. Raises ``StageError``
     beyond :data:`AGREEMENT_TOLERANCE` of the model's dtype."""
-    from floorgap.estimators.topk import topk_tv
-
-    from floorgap.models.targets import dtype_name
-
     dtype = dtype_name(next(model.parameters()).dtype)
     worst = agree = kept = tv_sum = 0.0
     feature_gap = 0.0
@@ -463,9 +444,6 @@ def precision_agreement(model: Any, reference: Any, prompts: Sequence[Any],
     largest) and the largest difference of the stored top-K probabilities. The drafters are
     trained toward ``model``'s law and scored against ``reference``'s, so the mean TV is the
     part of every trained drafter's held-out R the precision alone explains."""
-    from floorgap.estimators.barycentre import tv_distance
-    from floorgap.models.targets import dtype_name
-
     tvs, worst = [], 0.0
     dtypes = [dtype_name(next(m.parameters()).dtype) for m in (model, reference)]
     device = next(reference.parameters()).device
@@ -564,15 +542,3 @@ def build_drafter_data(spec: Mapping[str, Any], model: Any, tokenizer: Any,
     return {"format": FORMAT, **record.tensors(), "metadata": meta}
 
 
-def sequence(data: Mapping[str, Any], i: int) -> torch.Tensor:
-    """Token ids (int64) of sequence ``i`` of a training record."""
-    a, b = int(data["seq_offsets"][i]), int(data["seq_offsets"][i + 1])
-    return data["tokens"][a:b].long()
-
-
-def load_drafter_data(path: Any) -> dict[str, Any]:
-    """Load a training record written by the drafter_data stage."""
-    data = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise StageError(f"{path}: not a drafter training record of format {FORMAT}")
-    return data

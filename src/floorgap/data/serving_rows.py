@@ -18,7 +18,9 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from floorgap.data.domains import load_domain, select_prompts
 from floorgap.errors import StageError
+from floorgap.models.targets import chat_prompt_ids
 
 log = logging.getLogger("floorgap.serving_rows")
 
@@ -35,9 +37,6 @@ def select_serving_rows(tasks: Mapping[str, Mapping[str, Any]], tokenizer: Any, 
     """Rows of every task (``{task: {"rows": n, "source"?: ..., "text_field"?: ...}}``, in
     order): dicts with task, row_id, text, prompt_ids, prompt_tokens, stand_in_for, category and
     the per-row seed. Returns the rows and per-task selection facts."""
-    from floorgap.data.domains import load_domain, select_prompts
-    from floorgap.models.targets import chat_prompt_ids
-
     taken = {text_key(p) for p in used_prompt_ids}
     rows: list[dict[str, Any]] = []
     facts: dict[str, Any] = {}

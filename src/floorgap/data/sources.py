@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from floorgap.errors import StageError
+from floorgap.records import sha256_file
 
 log = logging.getLogger("floorgap.data")
 
@@ -337,7 +338,6 @@ def _read_local(ref: SourceRef, text_field: str | None) -> tuple[list[RawPrompt]
         raise StageError(f"prompt file {path} does not exist")
     field_name = text_field or "prompt"
     rows = records_to_prompts(_read_records(path), field_name, str(path), id_field="id")
-    from floorgap.records import sha256_file
 
     return rows, {"source": ref.text, "scheme": "jsonl", "path": str(path),
                   "sha256": sha256_file(path), "text": f"field {field_name!r}",

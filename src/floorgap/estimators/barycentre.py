@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -238,7 +239,6 @@ def tv_barycentre_lp(P: torch.Tensor, weights: torch.Tensor | None = None,
     value : torch.Tensor
         0-dim float64 tensor, the LP optimum (the floor T_hat of paper Sec. B.4).
     """
-    import numpy as np
     import scipy.sparse as sp
     from scipy.optimize import linprog
 

@@ -48,6 +48,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from floorgap.seeds import derive_seed
+
 from .aggregate import DEFAULT_BOOT_SEED, DEFAULT_N_BOOT, cluster_resample, percentile_interval
 
 __all__ = ["AcceptanceTest", "ServedEstimate", "acceptance_test", "accepted_length_by_task",
@@ -91,8 +93,6 @@ def task_row_counts(rows_per_task: Sequence[int], tasks: Sequence[str],
     list[Tensor]
         One ``[B, rows_d]`` tensor per task: how many times each row is drawn in each replicate.
     """
-    from floorgap.seeds import derive_seed
-
     if len(rows_per_task) != len(tasks):
         raise ValueError("one row count per task name")
     counts = []

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from floorgap.errors import StageError
+from floorgap.models.drafters import DrafterConfig, build_drafter
 from floorgap.records import atomic_path
 
 __all__ = [
@@ -201,8 +202,6 @@ def final_record(ckpt: Mapping[str, Any], cfg: Any, target: str, variant: Mappin
 
 def load_final(path: str | os.PathLike[str], target_model: Any) -> nn.Module:
     """A drafter built on ``target_model`` with the trained weights of ``final.pt``."""
-    from floorgap.models.drafters import DrafterConfig, build_drafter
-
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     if ckpt.get("final_format") != FINAL_FORMAT:
         raise ValueError(f"{path}: not a final drafter file of format {FINAL_FORMAT}")

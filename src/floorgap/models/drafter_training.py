@@ -26,7 +26,37 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
+from floorgap.config import ConfigError, drafter_epochs, is_checkpoint, variant_kind
 from floorgap.errors import StageError
+from floorgap.estimators.topk import topk_divergences
+from floorgap.models.checkpoints import (
+    CHECKPOINT_FORMAT,
+    RUN_FILE,
+    final_record,
+    frozen_fingerprint,
+    latest_checkpoint,
+    run_record,
+    trainable_layout,
+    trainable_state,
+)
+from floorgap.models.drafters import DrafterConfig, TopKTargets, build_drafter
+from floorgap.models.engine_formats import import_drafter, resolve_checkpoint
+from floorgap.models.examples import (
+    BlockExamples,
+    block_index,
+    budget_sequences,
+    load_drafter_data,
+    sequence,
+)
+from floorgap.models.from_target import init_from_target, init_fusion_from_target, residual_scale
+from floorgap.models.lookup import fit_lookup, heldout_lookup_risk
+from floorgap.models.targets import load_target, mixed_precision, text_config
+from floorgap.models.training import TrainConfig, best_epoch, train
+from floorgap.progress import Timer
+from floorgap.records import sha256_file, write_json
+from floorgap.seeds import derive_seed, generator_for
 
 if TYPE_CHECKING:
     from floorgap.models.drafters import DrafterConfig
@@ -93,8 +123,6 @@ def drafter_config(variant: Mapping[str, Any], taps: list[int], gamma: int, targ
     the target's full layers do, with their rotary base. A target whose layers differ in shape
     (Gemma-4: ``global_head_dim`` and its own key/value heads on full layers) has no one layer
     to copy and is refused, naming the fields that differ."""
-    from floorgap.models.drafters import DrafterConfig
-
     tc = target_config
     shapes = layer_shapes(tc)
     if len(shapes) > 1:
@@ -127,10 +155,6 @@ def heldout_sequences(data: Mapping[str, Any], share: float, seed: int) -> list[
     """The training record's held-out sequences: a seeded ``share`` of them (at least one when
     the share is positive and there are two or more), the same for every variant and budget
     arm of a target, so that their held-out curves are comparable."""
-    import torch
-
-    from floorgap.seeds import derive_seed, generator_for
-
     n_seq = int(data["seq_prompt_len"].shape[0])
     if share <= 0 or n_seq < 2:
         return []
@@ -142,7 +166,7 @@ def heldout_sequences(data: Mapping[str, Any], share: float, seed: int) -> list[
 def split_sequences(data: Mapping[str, Any], spec: Mapping[str, Any]
                     ) -> tuple[list[int], list[int]]:
     """(training, held-out) sequences of a record under the spec's ``train.heldout`` share."""
-    heldout = heldout_sequences(data, float(spec["train"].get("heldout", 0.0)),
+    heldout = heldout_sequences(data, float(spec["train"]["heldout"]),
                                 int(spec["seed"]))
     n_seq = int(data["seq_prompt_len"].shape[0])
     return sorted(set(range(n_seq)) - set(heldout)), heldout
@@ -154,8 +178,6 @@ def trimmed_vocabulary(data: Mapping[str, Any], sequences: Sequence[int], size: 
     probabilities over every response position of ``sequences``; ties by id), ascending: the
     draft vocabulary of an EAGLE-3 / FR-Spec style trimmed head, chosen from training data
     alone."""
-    import torch
-
     if not 1 <= size <= vocab_size:
         raise StageError(f"a draft vocabulary of {size} tokens does not fit the target's "
                          f"{vocab_size}; set vocab between 1 and {vocab_size}")
@@ -172,176 +194,17 @@ def train_config(spec: Mapping[str, Any], checkpoint_dir: Path, device: str) -> 
     """The ``TrainConfig`` of a variant: ``drafters.train`` (``epochs`` overridable per variant),
     seeded by the config seed and the variant's ``seed_key`` (default its name; the component
     arms of table 13 share one key, so they start from the same draws)."""
-    from floorgap.models.training import TrainConfig
-    from floorgap.seeds import derive_seed
-
     tr, variant = spec["train"], spec["variant"]
     patience = tr.get("patience")
-    return TrainConfig(epochs=int(variant.get("epochs", tr["epochs"])),
+    return TrainConfig(epochs=drafter_epochs(variant, tr),
                        patience=None if patience is None else int(patience),
                        batch_size=int(tr["batch_size"]), lr=float(tr["lr"]),
-                       warmup_steps=int(tr.get("warmup_steps", 0)),
-                       weight_decay=float(tr.get("weight_decay", 0.01)),
+                       warmup_steps=int(tr["warmup_steps"]),
+                       weight_decay=float(tr["weight_decay"]),
                        seed=derive_seed(int(spec["seed"]), "drafter-train",
                                        variant.get("seed_key", variant["name"])),
                        checkpoint_dir=str(checkpoint_dir), device=device,
                        autocast_dtype=tr.get("autocast"))
-
-
-def budget_sequences(block_seq: Any, n_seq: int, seed: int,
-                     sequences: Sequence[int] | None = None, max_blocks: int | None = None
-                     ) -> Any:
-    """The sequences a block budget trains on: a seeded order of ``sequences`` (default all
-    ``n_seq``), cut after the first whole sequences that hold at least ``max_blocks`` blocks
-    (``block_seq``: the sequence of every block, :func:`floorgap.data.drafter_data.block_index`).
-    The order does not depend on the budget, so smaller budgets are subsets of larger ones;
-    drafters and lookup tables of one budget get the same sequences."""
-    import torch
-
-    from floorgap.seeds import derive_seed, generator_for
-
-    order = torch.randperm(n_seq, generator=generator_for(derive_seed(seed, "budget")))
-    if sequences is not None:
-        pool = torch.zeros(n_seq, dtype=torch.bool)
-        pool[torch.as_tensor(list(sequences), dtype=torch.long)] = True
-        order = order[pool[order]]
-        if len(order) == 0:
-            raise StageError("no training sequence is left outside the held-out share")
-    if max_blocks is None:
-        return order
-    counts = torch.bincount(block_seq, minlength=n_seq)
-    return order[:int((counts[order].cumsum(0) < max_blocks).sum()) + 1]
-
-
-class BlockExamples:
-    """Every block of a training record (floorgap.data.drafter_data), with the target's tap
-    features (stored in the record, or computed once per sequence) held in memory in the
-    training precision.
-
-    Batches group blocks by sequence (:meth:`epoch_batches`): the blocks of one sequence share
-    its context features and differ only in where their prefix ends, so a batch carries the
-    features once ([1, T, F]) with ``feature_index`` and per-block ``prefix_mask`` [N, T]
-    (:class:`floorgap.models.drafters.Backbone`). ``max_blocks`` keeps the first whole
-    sequences of a seeded order holding at least that many blocks (nested across budgets);
-    ``sequences`` limits the pool to those sequences (the training or the held-out split).
-    ``stream`` holds nothing: each batch's features come from a target forward over its
-    sequence on the target's device (drafters.train.features: stream), for data whose
-    features do not fit in host memory.
-    """
-
-    def __init__(self, data: Mapping[str, Any], target_model: Any, taps: list[int], gamma: int,
-                 *, max_blocks: int | None = None, seed: int = 0,
-                 autocast: str | None = None, sequences: Sequence[int] | None = None,
-                 stream: bool = False) -> None:
-        import torch
-
-        from floorgap.data.drafter_data import block_index
-
-        self.data, self.target, self.taps, self.gamma = data, target_model, list(taps), gamma
-        self.autocast = autocast  # the training precision; the features follow it
-        self.stream = stream
-        self.features: dict[int, Any] | None = None
-        seq, ctx = block_index(data, gamma)
-        if len(seq) == 0:
-            raise StageError("the training record holds no block")
-        if int(ctx.min()) < 2:
-            raise StageError("a training block has an empty committed prefix")
-        n_seq = int(data["seq_prompt_len"].shape[0])
-        keep = budget_sequences(seq, n_seq, seed, sequences, max_blocks)
-        chosen = torch.zeros(n_seq, dtype=torch.bool)
-        chosen[keep] = True
-        sel = chosen[seq]
-        self.block_seq, self.context_len = seq[sel], ctx[sel]
-        self.sequences = sorted(int(i) for i in keep)
-
-    def __len__(self) -> int:
-        return int(self.block_seq.shape[0])
-
-    def stored_features(self) -> bool:
-        """Whether the record stores the tap features this drafter reads (same taps)."""
-        meta = (self.data.get("metadata") or {}).get("features") or {}
-        return "features" in self.data and [int(t) for t in meta.get("taps", [])] == self.taps
-
-    def prepare(self) -> float:
-        """The tap features of every kept sequence, read from the record when it stores them
-        (:meth:`stored_features`) or else computed (nothing when streamed); returns the
-        seconds it took."""
-        import torch
-
-        from floorgap.progress import Timer
-
-        if self.features is not None or (self.stream and not self.stored_features()):
-            return 0.0
-        timer = Timer()
-        dtype = getattr(torch, self.autocast) if self.autocast else None
-        if self.stored_features():
-            offsets, stored = self.data["seq_offsets"], self.data["features"]
-            self.features = {s: stored[int(offsets[s]):int(offsets[s + 1])].to(
-                dtype or torch.float32) for s in self.sequences}
-            return timer.seconds
-        self.features = {s: self.sequence_features(s).to("cpu") for s in self.sequences}
-        return timer.seconds
-
-    def sequence_features(self, s: int) -> Any:
-        """The tap features [T, F] of sequence ``s`` from a target forward, on the target's
-        device, in the training precision."""
-        import torch
-
-        from floorgap.data.drafter_data import sequence
-        from floorgap.models.from_target import target_features
-        from floorgap.models.targets import mixed_precision
-
-        # Under mixed-precision training the drafter reads the features in that precision
-        # anyway, so the target's forward runs in it too (3-4x faster on bf16 CPUs).
-        dtype = getattr(torch, self.autocast) if self.autocast else None
-        device = next(self.target.parameters()).device
-        with torch.no_grad(), mixed_precision(device.type, dtype):
-            ids = sequence(self.data, s)[None].to(device)
-            f = target_features(self.target, ids, torch.ones_like(ids), self.taps)
-        return f[0].to(dtype or torch.float32)
-
-    def epoch_batches(self, batch_size: int, seed: int, epoch: int, *, min_size: int = 1
-                      ) -> list[Any]:
-        """The epoch's batches: each sequence's blocks in a keyed random order, cut into chunks
-        of ``batch_size``, the chunks in a keyed random order; chunks under ``min_size`` go."""
-        import torch
-
-        from floorgap.seeds import derive_seed, generator_for
-
-        gen = generator_for(derive_seed(seed, "drafter-train", "epoch", epoch))
-        chunks = []
-        for s in self.sequences:
-            idx = (self.block_seq == s).nonzero().view(-1)
-            idx = idx[torch.randperm(len(idx), generator=gen)]
-            chunks += [c for c in torch.split(idx, batch_size) if len(c) >= min_size]
-        return [chunks[int(i)] for i in torch.randperm(len(chunks), generator=gen)]
-
-    def gather(self, indices: Any) -> dict[str, Any]:
-        """The blocks ``indices`` (of one sequence) as one batch sharing that sequence's
-        features."""
-        import torch
-
-        from floorgap.data.drafter_data import sequence
-
-        if self.features is None:
-            self.prepare()
-        seqs = self.block_seq[indices].unique()
-        if len(seqs) != 1:
-            raise ValueError("a batch of blocks must come from one sequence")
-        s = int(seqs[0])
-        c = self.context_len[indices]                                       # [N]
-        toks = sequence(self.data, s)
-        t = int(c.max()) - 1                                                # longest prefix
-        feats = self.sequence_features(s) if self.features is None else self.features[s]
-        slot = torch.arange(self.gamma)
-        start = int(self.data["pos_offsets"][s]) - int(self.data["seq_prompt_len"][s])
-        rows = start + c[:, None] + slot                                    # [N, G]
-        return {"features": feats[None, :t],
-                "prefix_mask": torch.arange(t)[None, :] < (c[:, None] - 1),
-                "feature_index": torch.zeros(len(c), dtype=torch.long),
-                "committed": toks[c - 1], "block_tokens": toks[c[:, None] + slot],
-                "target_ids": self.data["target_ids"][rows].long(),
-                "target_vals": self.data["target_vals"][rows].float()}
 
 
 def heldout_risk(drafter: Any, examples: BlockExamples, batch_size: int) -> dict[str, Any]:
@@ -351,12 +214,6 @@ def heldout_risk(drafter: Any, examples: BlockExamples, batch_size: int) -> dict
     (:meth:`~floorgap.models.drafters.Drafter.proposal_logits`: the prefix-attention head's q
     lives on its nominations), teacher-forced (for order-1 kinds the realised predecessor,
     R^oracle), in the training precision. ``score`` is the mean over slots."""
-    import torch
-
-    from floorgap.estimators.topk import topk_divergences
-    from floorgap.models.drafters import TopKTargets
-    from floorgap.models.targets import mixed_precision
-
     device = next(drafter.parameters()).device
     dtype = getattr(torch, examples.autocast) if examples.autocast else None
     total = torch.zeros(drafter.gamma, dtype=torch.float64)
@@ -391,8 +248,6 @@ class VariantRun:
 def check_variant(variant: Mapping[str, Any]) -> bool:
     """Whether the variant imports a checkpoint (True) or is trained (False); a checkpoint
     variant whose kind cannot be resolved from its format is refused."""
-    from floorgap.config import ConfigError, is_checkpoint, variant_kind
-
     try:
         variant_kind(variant, f"variant {variant.get('name')}")
     except ConfigError as exc:
@@ -402,8 +257,6 @@ def check_variant(variant: Mapping[str, Any]) -> bool:
 
 def _check_imported(variant: Mapping[str, Any], cfg: DrafterConfig, where: str) -> None:
     """The imported drafter is what the config entry says it is (kind, layers)."""
-    from floorgap.config import variant_kind
-
     kind = variant_kind(variant, f"variant {variant['name']}")
     if cfg.kind != kind:
         raise StageError(f"{where} holds a {cfg.kind} drafter, but variant {variant['name']} "
@@ -420,17 +273,6 @@ def import_variant(spec: Mapping[str, Any], model_dir: Path, logger: logging.Log
     folder of ``spec["variant"]["checkpoint"]`` (local path or hub id) imported on the target
     of ``model_dir`` at the workflow's gamma, with provenance saying it was imported and no
     training epochs."""
-    from floorgap.models.checkpoints import (
-        CHECKPOINT_FORMAT,
-        final_record,
-        frozen_fingerprint,
-        trainable_layout,
-        trainable_state,
-    )
-    from floorgap.models.engine_formats import import_drafter, resolve_checkpoint
-    from floorgap.models.targets import load_target
-    from floorgap.records import sha256_file
-
     target, variant = spec["target"], spec["variant"]
     entry = variant["checkpoint"]
     try:
@@ -462,12 +304,6 @@ def fit_lookup_variant(spec: Mapping[str, Any], data_path: Path, logger: logging
     training sequences of the record at ``data_path`` (with ``blocks``, on those a drafter arm
     of that budget trains on), its smoothing chosen on the held-out ones (the drafters' split),
     its held-out R by slot under ``heldout``, with the record's SHA-256 as provenance."""
-    import torch
-
-    from floorgap.data.drafter_data import block_index, load_drafter_data
-    from floorgap.models.lookup import fit_lookup, heldout_lookup_risk
-    from floorgap.records import sha256_file
-
     variant = spec["variant"]
     gamma = int(spec["gamma"])
     data = load_drafter_data(data_path)
@@ -494,7 +330,6 @@ def fit_lookup_variant(spec: Mapping[str, Any], data_path: Path, logger: logging
             "heldout": held, "epochs": []}
 
 
-
 def _rank_device(device: str, world: int) -> str:
     """With several ranks on CUDA, each rank trains on its local GPU."""
     if world > 1 and device.startswith("cuda"):
@@ -506,11 +341,6 @@ def _resume_decision(run: Mapping[str, Any], ckpt_dir: Path, rank: int, world: i
                      logger: logging.Logger) -> bool:
     """Whether the checkpoints in ``ckpt_dir`` belong to this run (its ``run.json`` equals
     ``run``); rank 0 then writes this run's record."""
-    import torch
-
-    from floorgap.models.checkpoints import RUN_FILE
-    from floorgap.records import write_json
-
     run_path = ckpt_dir / RUN_FILE
     resume = run_path.exists() and json.loads(run_path.read_text()) == json.loads(json.dumps(run))
     if not resume and rank == 0 and run_path.exists():
@@ -542,19 +372,6 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
     ``data_path`` with the target of ``model_dir``, checkpointing into ``ckpt_dir`` and
     resuming there when its ``run.json`` matches. Every rank of a data-parallel group calls it.
     """
-    import torch
-
-    from floorgap.data.drafter_data import load_drafter_data, sequence
-    from floorgap.models.checkpoints import latest_checkpoint, run_record
-    from floorgap.models.drafters import build_drafter
-    from floorgap.models.from_target import (init_from_target, init_fusion_from_target,
-                                             residual_scale)
-    from floorgap.models.targets import load_target, text_config
-    from floorgap.models.training import best_epoch, train
-    from floorgap.progress import Timer
-    from floorgap.records import sha256_file
-    from floorgap.seeds import derive_seed
-
     target, variant = spec["target"], spec["variant"]
     device = _rank_device(target["device"], world)
     data = load_drafter_data(data_path)
@@ -590,7 +407,7 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
         logger.info("fusion starts as tap %d through the first copied layer's input norm",
                     init_fusion_from_target(drafter, model))
     common = dict(seed=int(spec["seed"]), autocast=tcfg.autocast_dtype,
-                  stream=spec["train"].get("features", "memory") == "stream")
+                  stream=spec["train"]["features"] == "stream")
     dataset = BlockExamples(data, model, cfg.taps, gamma, max_blocks=variant.get("blocks"),
                             sequences=train_seqs, **common)
     held = BlockExamples(data, model, cfg.taps, gamma, sequences=heldout, **common) \

@@ -1005,7 +1005,7 @@ class PrefixAttentionDrafter(_Order1Drafter):
         return {**terms, "nom": (self.cfg.nom_weight, l_nom)}
 
 
-# one class per kind: adding a kind is a subclass here, its order in floorgap.config.KIND_ORDER
+# one class per kind: adding a kind is a subclass here and its row in floorgap.config.kinds.KINDS
 DRAFTER_CLASSES: dict[str, type[Drafter]] = {
     c.kind: c for c in (DFlashDrafter, DSparkDrafter, PrefixAttentionDrafter)}
 KINDS = tuple(DRAFTER_CLASSES)

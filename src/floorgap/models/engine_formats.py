@@ -73,6 +73,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from floorgap.config import KIND_ORDER
 from floorgap.models.drafters import Drafter, DrafterConfig, build_drafter
 from floorgap.models.targets import dtype_name, text_config
 
@@ -592,8 +593,6 @@ def describe_folder(folder: str | os.PathLike[str]) -> dict[str, Any]:
     weights are read): layout, architecture, kind and order, gamma and block rows, taps,
     widths, vocabularies, attention and mask token. Raises ValueError naming the field an
     import would refuse."""
-    from floorgap.config import KIND_ORDER
-
     folder = Path(folder)
     config = _read_json(folder)
     fmt, f = read_engine_config(folder)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
+
 __all__ = ["FAULTS", "inject_fault"]
 
 FAULTS = ("layout-flipped", "taps-offset", "fc-permuted", "mask-token")
@@ -36,7 +38,6 @@ def _edit_config(folder: Path, key: str, change) -> None:
 
 
 def _swap_first_taps(folder: Path) -> None:
-    import torch
     from safetensors.torch import load_file, save_file
 
     config = json.loads((folder / "config.json").read_text())

@@ -36,10 +36,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from floorgap.config import KIND_ORDER
+from floorgap.config import KIND_ORDER, LOOKUP_KINDS
 from floorgap.estimators.topk import topk_divergences, topk_tv
+from floorgap.models.examples import block_index
 
-LOOKUP_KINDS = ("unigram", "bigram_committed", "bigram")
 LOOKUP_ORDER = {k: KIND_ORDER[k] for k in LOOKUP_KINDS}
 ALPHAS = (0.01, 0.1, 1.0, 10.0, 100.0)
 LOOKUP_FORMAT = 1
@@ -238,8 +238,6 @@ def heldout_lookup_risk(fit: LookupProposal, data: Mapping[str, Any],
     ``sequences`` of the top-K + residual TV(p_k, q_k) at slot k, q_k conditioned on the
     committed token (order 0) or on the realised predecessor (order 1: R^oracle, teacher
     forced). ``score`` is the mean over slots."""
-    from floorgap.data.drafter_data import block_index
-
     seq, ctx = block_index(data, fit.gamma)
     keep = torch.isin(seq, torch.as_tensor(list(sequences), dtype=torch.long))
     seq, ctx = seq[keep], ctx[keep]

@@ -32,6 +32,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_utils import AttentionInterface
 
+from floorgap.models.from_target import concat_taps
 from floorgap.models.shared_prefix import attention_implementation
 from floorgap.sampling import SamplingLaw, keyed_draws, law_topk
 from floorgap.seeds import generator_for
@@ -128,8 +129,6 @@ def _prefill(model: Any, prompts: Sequence[Sequence[int]], order: Sequence[int],
     groups of ``prefill_rows`` and joined, which equals one padded prefill up to rounding (a
     padded key is masked out either way), into layers with ``room`` more positions
     (:class:`_PreallocatedLayer`)."""
-    from floorgap.models.from_target import concat_taps
-
     device = next(model.parameters()).device
     chosen = [prompts[i] for i in order]
     _, mask, pos = left_padded(chosen, pad_id)
@@ -260,7 +259,6 @@ def decode_with_targets(model: Any, prompts: Sequence[Sequence[int]], seeds: Seq
     feats: list[list[torch.Tensor]] = [[] for _ in range(n)]
     finished = [False] * n
 
-    from floorgap.models.from_target import concat_taps
 
     # batch position -> prompt index, shortest prompt first (the prefill groups pad least)
     rows = sorted(range(n), key=lambda i: (len(prompts[i]), i))

@@ -25,7 +25,9 @@ the destination and renamed into place, so a crash leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
+import json
 import logging
 import os
 import shutil
@@ -75,8 +77,6 @@ def torch_dtype(name: str | torch.dtype) -> torch.dtype:
 def mixed_precision(device_type: str, dtype: str | torch.dtype | None) -> Any:
     """``torch.autocast`` to ``dtype`` on ``device_type``, or a null context when ``dtype`` is
     unset (the config's ``autocast`` keys: the model then runs in its own dtype)."""
-    import contextlib
-
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type, dtype=torch_dtype(dtype))
@@ -313,7 +313,7 @@ def random_config(source: dict[str, Any], vocab_size: int, bos_token_id: int | N
         # sliding then full alternating), query scale 1/sqrt(head width) as its releases set it
         extra = {"layer_types": list(source.get("layer_types") or [
                      "full_attention" if i % 2 else "sliding_attention" for i in range(layers)]),
-                 "sliding_window": int(source.get("sliding_window", 64)),
+                 "sliding_window": int(source["sliding_window"]),
                  "query_pre_attn_scalar": hidden // heads}
         if len(extra["layer_types"]) != layers:
             raise StageError(f"layer_types names {len(extra['layer_types'])} layers, "
@@ -426,10 +426,10 @@ def _model_info(spec: dict[str, Any], prov: dict[str, Any], model: Any, tok: Any
         "num_hidden_layers": int(text.num_hidden_layers),
         "hidden_size": int(text.hidden_size),
         "dtype": dtype_name(dtype),
-        "device": spec.get("device", "cpu"),
+        "device": spec["device"],
         "chat_template": bool(getattr(tok, "chat_template", None)),
         "template_supports_thinking": template_supports_thinking(tok),
-        "enable_thinking": bool(spec.get("enable_thinking", False)),
+        "enable_thinking": bool(spec["enable_thinking"]),
         "special_token_ids": special_token_ids(tok),
         "all_special_ids": sorted(int(i) for i in tok.all_special_ids),
         "eos_token_ids": eos_token_ids(tok, model.generation_config),
@@ -481,8 +481,6 @@ def materialise(spec: dict[str, Any], out_dir: str | os.PathLike[str]) -> dict[s
 
 def read_model_info(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """The provenance written by :func:`materialise` (``floorgap_model.json``)."""
-    import json
-
     path = Path(model_dir) / MODEL_INFO
     if not path.is_file():
         raise StageError(f"{model_dir} is not a materialised target (no {MODEL_INFO}); "

@@ -13,7 +13,7 @@ they are not given to the optimiser and are not written into checkpoints; a chec
 fingerprint of them instead, so loading it into a drafter built on a different target fails.
 
 The examples are one object with the :class:`Examples` interface (in the workflow,
-:class:`floorgap.models.drafter_training.BlockExamples`): it orders the epoch's batches and
+:class:`floorgap.models.examples.BlockExamples`): it orders the epoch's batches and
 gathers each one; the loop below is the only one that trains a drafter.
 
 Determinism. The batch order of epoch ``e`` is keyed by ``(seed, e)`` (the examples' own
@@ -55,6 +55,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 from torch import nn
 
 from floorgap.models.checkpoints import (
@@ -163,7 +164,7 @@ class TrainResult:
 
 
 class Examples(Protocol):
-    """What :func:`train` reads: :class:`floorgap.models.drafter_training.BlockExamples` (the
+    """What :func:`train` reads: :class:`floorgap.models.examples.BlockExamples` (the
     workflow's one data path) and any test double of it.
 
     ``epoch_batches`` gives the epoch's global batches (index tensors, keyed by ``seed`` and
@@ -322,8 +323,6 @@ def launch(fn: Callable[..., Any], nprocs: int, *args: Any, backend: str | None 
     and a free port; the backend defaults to NCCL with at least ``nprocs`` GPUs, gloo otherwise.
     Returns each rank's return value (which must be picklable by ``torch.save``).
     """
-    import torch.multiprocessing as mp
-
     if backend is None:
         backend = "nccl" if torch.cuda.device_count() >= nprocs else "gloo"
     with tempfile.TemporaryDirectory(prefix="floorgap-launch-") as outdir:

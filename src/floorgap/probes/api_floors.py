@@ -36,6 +36,8 @@ from typing import Any
 import torch
 
 from floorgap.errors import StageError
+from floorgap.probes.drafter_eval import target_path_probs
+from floorgap.probes.rollouts import SampledBlock, anchor_records
 from floorgap.records import Journal
 from floorgap.sampling import SamplingLaw
 
@@ -218,9 +220,6 @@ def full_vocab_floors(model: Any, context_ids: list[int], tokens: torch.Tensor, 
     """Teacher-force the paths ``tokens`` ([M, gamma] ids) through the local target and compute
     the full-vocabulary floors of every slot on exactly those paths: the rollout probe's
     :class:`~floorgap.probes.record_types.SlotFloorRecord` of each slot."""
-    from floorgap.probes.drafter_eval import target_path_probs
-    from floorgap.probes.rollouts import SampledBlock, anchor_records
-
     P = target_path_probs(model, context_ids, tokens, law=law, forward_batch=forward_batch)
     block = SampledBlock(tokens=tokens, probs=P, revealed=None, seconds=0.0)
     return anchor_records("matched", block, store_top_k=1)[1]

@@ -51,9 +51,16 @@ from floorgap.errors import StageError
 from floorgap.estimators.barycentre import tv_distance
 from floorgap.estimators.risk import exposure
 from floorgap.estimators.serving import accept_factors
+from floorgap.models.checkpoints import load_drafter_weights
+from floorgap.models.drafters import DrafterConfig, build_drafter
+from floorgap.models.engine_formats import import_drafter
+from floorgap.models.from_target import target_features
+from floorgap.models.lookup import LookupProposal
 from floorgap.models.shared_prefix import decode_forward, path_cache
 from floorgap.probes.record_types import PathSlotRecord, SlotRiskRecord
 from floorgap.probes.rollouts import forward_rows
+from floorgap.progress import progress
+from floorgap.records import read_metadata, read_table
 from floorgap.sampling import SamplingLaw, inverse_cdf_sample
 from floorgap.seeds import derive_seed, generator_for
 
@@ -125,8 +132,6 @@ def drafter_inputs(target: Any, drafter: Any, context_ids: list[int]
                     ) -> tuple[Tensor, Tensor, Tensor]:
     """(features [1, T, F], committed [1], prefix_mask [1, T]) for context X = prefix + c;
     shareable between drafters with the same taps."""
-    from floorgap.models.from_target import target_features
-
     if len(context_ids) < 2:
         raise ValueError("a drafter context needs a prefix and a committed token")
     device = next(target.parameters()).device
@@ -269,20 +274,13 @@ def load_trained_drafter(path: str | Path, target: Any, gamma: int | None = None
     names a ``kind``); the weights from ``model`` through the training loader, which checks the
     layout and the frozen-table fingerprint when the file records them; ``gamma`` is unused.
     """
-    from floorgap.models.drafters import DrafterConfig, build_drafter
-    from floorgap.models.checkpoints import load_drafter_weights
-
     if Path(path).is_dir() and (Path(path) / "config.json").is_file():
-        from floorgap.models.engine_formats import import_drafter
-
         drafter = import_drafter(path, target, gamma=gamma)
         drafter.eval()
         drafter.requires_grad_(False)
         return drafter
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     if "lookup_format" in ckpt:
-        from floorgap.models.lookup import LookupProposal
-
         return LookupProposal.from_record(ckpt)
     cfg = ckpt.get("drafter_config")
     if cfg is None and isinstance(ckpt.get("config"), dict) and "kind" in ckpt["config"]:
@@ -311,8 +309,6 @@ def stored_paths(path: str | Path, anchor_ids: Sequence[str], gamma: int,
                  law_spec: Mapping[str, Any]) -> dict[str, Any]:
     """The rollout rows of ``path`` by anchor id, checked against the shard: the same gamma and
     sampling law, and stored paths for every anchor of ``anchor_ids``."""
-    from floorgap.records import read_metadata, read_table
-
     stored = read_table(path)
     roll_meta = read_metadata(path)
     if int(roll_meta.get("gamma", gamma)) != gamma:
@@ -395,8 +391,6 @@ def evaluate_shard(target: Any, drafters: Sequence[Any], labels: Sequence[str], 
     """Every drafter on the stored paths of every anchor of a shard (``anchors`` rows with
     ``anchor_id`` and ``anchor_seed``, their ``contexts``): p_k^(r) once per anchor
     (:func:`anchor_target`), then each drafter's proposals and records."""
-    from floorgap.progress import progress
-
     out = ShardEval.empty(labels)
     bar = progress(total=len(anchors), desc=desc, unit="anchor")
     for a, ctx in zip(anchors.itertuples(index=False), contexts):

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from floorgap.estimators.barycentre import tv_distance
+from floorgap.models.engine_formats import BLOCK_LAYOUTS, fold_input_scale
 from floorgap.probes.drafter_eval import drafter_inputs
 from floorgap.sampling import SamplingLaw
 
@@ -92,8 +93,6 @@ def diagnose_folder(reference: Any, folder_cfg: Any,
     drafter it was exported from): its block layout, target layers, mask rows, the permutation
     of the fusion's input columns (the taps' feature blocks), other weights that differ. Empty
     for a faithful export."""
-    from floorgap.models.engine_formats import BLOCK_LAYOUTS, fold_input_scale
-
     ref = reference.cfg
     out = []
     if ref.sample_from_anchor != folder_cfg.sample_from_anchor:

@@ -29,6 +29,17 @@ import pandas as pd
 import torch
 
 from floorgap.data.anchors import anchor_contexts
+from floorgap.estimators.floors import (
+    alternating_split,
+    floor_order0_split,
+    floor_order1_plugin,
+    floor_order1_reweighted,
+    floor_order1_split,
+    order0_path_tv,
+    reveal_weights,
+)
+from floorgap.estimators.support import effective_support
+from floorgap.estimators.truncation import topk_sparse
 from floorgap.models.shared_prefix import decode_forward, path_cache, sibling_logits
 from floorgap.probes.record_types import PathRecord, SlotFloorRecord
 from floorgap.progress import progress
@@ -145,8 +156,6 @@ def revealed_floors(block: SampledBlock, k: int) -> Any:
     (:class:`floorgap.estimators.floors.ReweightedFloor`, leading dim J): weights w_s =
     p_{k-1}^(s)(z*_j) with the revealed path's own weight set to zero, since its prefix is not
     independent of its token. A j whose weights are all zero has value NaN."""
-    from floorgap.estimators.floors import floor_order1_reweighted, reveal_weights
-
     if block.revealed is None or k < 1:
         raise ValueError("the importance route needs revealed predecessors and slot k >= 1")
     P = block.probs
@@ -172,12 +181,6 @@ def _reweighted_slot(block: SampledBlock, k: int) -> tuple[float, float, float, 
 def anchor_records(anchor_id: str, block: SampledBlock, *, store_top_k: int
                    ) -> tuple[list[PathRecord], list[SlotFloorRecord]]:
     """Records of one anchor: per-path sparse reads and per-slot floors (estimators on device)."""
-    from floorgap.estimators.floors import (alternating_split, floor_order0_split,
-                                            floor_order1_plugin, floor_order1_split,
-                                            order0_path_tv)
-    from floorgap.estimators.support import effective_support
-    from floorgap.estimators.truncation import topk_sparse
-
     P = block.probs
     gamma, M, _ = P.shape
     tokens = block.tokens

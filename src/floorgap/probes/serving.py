@@ -33,12 +33,14 @@ What an engine counts itself beside these per-request counts (vLLM's /metrics) i
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import logging
 import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -50,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from floorgap.errors import StageError
+from floorgap.resources import DTYPE_BYTES
 
 log = logging.getLogger("floorgap.serving")
 
@@ -145,7 +148,6 @@ def _kv_bytes_per_token(folder: str | os.PathLike[str] | None, dtype: str) -> in
     config_file = Path(folder) / "config.json" if folder else None
     if config_file is None or not config_file.exists():
         return 0
-    from floorgap.resources import DTYPE_BYTES
 
     config = json.loads(config_file.read_text())
     text = config.get("text_config") or config
@@ -288,9 +290,6 @@ def running_engine(spec: EngineSpec, log_path: str | Path) -> Iterator[str]:
 def _die_with_parent() -> None:
     """In the server's process, before exec: ask Linux for SIGTERM when the stage that started
     it dies, so a killed job (kill -9 of a workflow) leaves no server holding its port."""
-    import ctypes
-    import sys
-
     if sys.platform.startswith("linux"):
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)

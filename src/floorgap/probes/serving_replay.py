@@ -48,13 +48,17 @@ import dataclasses
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
+from floorgap.config import ENGINE_KINDS
 from floorgap.errors import StageError
 from floorgap.estimators.barycentre import tv_distance
+from floorgap.models.drafters import build_drafter
+from floorgap.models.from_target import target_features_and_logits
+from floorgap.models.targets import text_config
 from floorgap.sampling import SamplingLaw
 
 __all__ = ["LAYOUT_SHIFT", "TAP_OFFSET", "ReplayRound", "fault_hypotheses",
@@ -112,11 +116,9 @@ def replay_request(target: Any, drafter: Any, prompt_ids: Sequence[int],
     """The rounds of one served request (module docstring). ``labels``: target, system, task,
     row_id, temperature, concurrency of the request; ``draft_sampling``: how the engine drafted
     at temperature > 0 (``greedy``: the one-hot proposal at argmax q)."""
-    from floorgap.models.from_target import target_features_and_logits
-
-    if drafter.cfg.kind not in ("dflash", "dspark"):
+    if drafter.cfg.kind not in ENGINE_KINDS:
         raise StageError(f"a {drafter.cfg.kind} drafter has no engine module to have been "
-                         "served by; only dflash and dspark rounds are replayed")
+                         f"served by; only {' and '.join(ENGINE_KINDS)} rounds are replayed")
     gamma = int(drafter.gamma)
     y = [int(t) for t in completion_ids]
     starts = round_starts(step_accepted, len(y), gamma)
@@ -185,11 +187,6 @@ def fault_hypotheses(cfg: Any, depth: int) -> dict[str, dict[str, Any]]:
 def hypothesis_drafters(target: Any, drafter: Any) -> dict[str, Any]:
     """The drafter read under each named fault: the same weights in a drafter of the changed
     config (:func:`fault_hypotheses`)."""
-    from dataclasses import replace
-
-    from floorgap.models.drafters import build_drafter
-    from floorgap.models.targets import text_config
-
     depth = int(text_config(target.config).num_hidden_layers)
     out = {}
     for name, change in fault_hypotheses(drafter.cfg, depth).items():

@@ -513,7 +513,7 @@ def build_check(gaps_path: str | Path, floors_path: str | Path, spec: Mapping[st
     if unserved:
         raise ValueError(f"no served rounds for {unserved}, which the check serves; pass their "
                          "serving_replay records (--replay)")
-    level = float(spec.get("level", 0.95))
+    level = float(spec["level"])
     decs = {d["name"]: decompose(gaps_path, floors_path, d["name"],
                                  kind=str((d.get("entry") or {}).get("kind", "")), level=level,
                                  lookups=list(d.get("lookups", [])))

@@ -156,7 +156,7 @@ def item_figure(spec: Mapping[str, Any], ncols: int = 1) -> tuple[Any, list[Any]
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    size = float(spec.get("font_size", 8))
+    size = float(spec["font_size"])
     plt.rcParams.update({
         "font.size": size, "axes.labelsize": size, "axes.titlesize": size,
         "legend.fontsize": size - 1, "xtick.labelsize": size - 1, "ytick.labelsize": size - 1,
@@ -164,8 +164,8 @@ def item_figure(spec: Mapping[str, Any], ncols: int = 1) -> tuple[Any, list[Any]
         "lines.linewidth": 1.2, "lines.markersize": 3.5, "legend.frameon": False,
         "pdf.fonttype": 42, "svg.hashsalt": "floorgap",
     })
-    width = float(spec.get("width_in", 3.4)) * (1 if ncols == 1 else 2)
-    fig, axes = plt.subplots(1, ncols, figsize=(width, float(spec.get("height_in", 2.4))),
+    width = float(spec["width_in"]) * (1 if ncols == 1 else 2)
+    fig, axes = plt.subplots(1, ncols, figsize=(width, float(spec["height_in"])),
                              squeeze=False)
     return fig, list(axes[0])
 
@@ -175,7 +175,7 @@ def save_item_figure(fig: Any, name: str, out_dir: Path, spec: Mapping[str, Any]
     import matplotlib.pyplot as plt
 
     fig.tight_layout(pad=0.3)
-    save_figure(fig, name, fig_dir=out_dir, dpi=int(spec.get("dpi", 200)))
+    save_figure(fig, name, fig_dir=out_dir, dpi=int(spec["dpi"]))
     plt.close(fig)
 
 

@@ -154,11 +154,11 @@ def table4_mi_locality(inputs: Mapping[str, Path], spec: Mapping[str, Any],
     if not inputs:
         raise ValueError("table4_mi_locality needs the MI record files as inputs")
     records = [inputs[key] for key in sorted(inputs)]
-    analysis = spec.get("analysis", {})
+    analysis = spec["analysis"]
     frame, meta = load_records(records)
     summary = summarise_locality(
         frame, meta, ess_gates=[float(g) for g in spec.get("ess_gates", [])],
-        n_boot=int(analysis.get("bootstrap", 10_000)), level=float(analysis.get("level", 0.95)),
+        n_boot=int(analysis["bootstrap"]), level=float(analysis["level"]),
         seed=int(analysis.get("seed", DEFAULT_BOOT_SEED)))
     latex = mi_locality_latex(summary)
     write_table(summary.table, ITEM, tex_dir=out_dir, latex=latex,

@@ -11,6 +11,8 @@ import argparse
 import logging
 from pathlib import Path
 
+from floorgap.data.anchors import anchors_from_corpus_file
+from floorgap.records import write_table
 from floorgap.stages._cli import stage_parser
 
 
@@ -22,9 +24,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.data.anchors import anchors_from_corpus_file
-    from floorgap.records import write_table
-
     result = anchors_from_corpus_file(args.corpus, args.spec)
     meta = result.metadata
     write_table(args.out, result.table, meta)

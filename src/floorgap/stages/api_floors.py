@@ -24,7 +24,29 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+import torch
+
+from floorgap.analysis.api_floors import anchor_slot_floors, reads_table, summarise
+from floorgap.data.anchors import anchor_contexts, leading_anchors
+from floorgap.errors import StageError
+from floorgap.models.targets import load_target, load_tokenizer
+from floorgap.probes.api_floors import (
+    AnchorJournal,
+    Endpoint,
+    RateLimiter,
+    anchor_prompt,
+    full_vocab_floors,
+    read_anchor,
+    token_ids,
+)
+from floorgap.probes.serving import EngineSpec, engine_context_length, running_engine
+from floorgap.progress import progress
+from floorgap.records import fingerprint, read_table, write_table
+from floorgap.sampling import SamplingLaw
+from floorgap.seeds import derive_seed
 from floorgap.stages._cli import add_files, stage_parser
+from floorgap.stages.serving import engine_python
 
 log = logging.getLogger("floorgap.api_floors")
 
@@ -50,17 +72,13 @@ def endpoint_for(spec: Mapping[str, Any], model_dir: Path, engine_log: Path,
     """The :class:`Endpoint` to read: a local vLLM server on the target, started here and
     stopped on exit (its context length raised to ``longest_context`` + gamma if the configured
     one is shorter), or the configured remote one."""
-    from floorgap.probes.api_floors import Endpoint
-    from floorgap.probes.serving import EngineSpec, engine_context_length, running_engine
-    from floorgap.stages.serving import engine_python
-
     cfg = dict(spec["api_floors"]["endpoint"])
-    common = dict(route=cfg.get("route", "completions"),
+    common = dict(route=cfg["route"],
                   top_k=int(spec["api_floors"]["top_k"]),
                   extra_body=cfg.get("extra_body") or {},
                   assistant_fields=cfg.get("assistant_fields") or {},
-                  max_retries=int(cfg.get("max_retries", 6)),
-                  timeout_s=float(cfg.get("timeout_s", 600)),
+                  max_retries=int(cfg["max_retries"]),
+                  timeout_s=float(cfg["timeout_s"]),
                   requests_per_minute=cfg.get("requests_per_minute"))
     if cfg.get("server") != "local":
         yield Endpoint(base_url=cfg["base_url"], model=cfg["model"],
@@ -71,11 +89,11 @@ def endpoint_for(spec: Mapping[str, Any], model_dir: Path, engine_log: Path,
     engine = EngineSpec(engine="vllm",
                         python=engine_python(cfg.get("python") or spec["serving_python"]),
                         target_dir=folder, dtype=target["dtype"], device=target["device"],
-                        gamma=int(spec["gamma"]), port=int(cfg.get("port", 8031)),
+                        gamma=int(spec["gamma"]), port=int(cfg["port"]),
                         max_model_len=engine_context_length(
-                            int(cfg.get("max_model_len", 4096)), longest_context,
+                            int(cfg["max_model_len"]), longest_context,
                             int(spec["gamma"]), model_dir),
-                        startup_timeout_s=float(cfg.get("startup_timeout_s", 900)),
+                        startup_timeout_s=float(cfg["startup_timeout_s"]),
                         extra_args=("--max-logprobs", str(int(spec["api_floors"]["top_k"]))),
                         threads=threads)
     engine_log.parent.mkdir(parents=True, exist_ok=True)
@@ -84,8 +102,6 @@ def endpoint_for(spec: Mapping[str, Any], model_dir: Path, engine_log: Path,
 
 
 def run_fingerprint(spec: Mapping[str, Any], anchor_ids: list[str]) -> str:
-    from floorgap.records import fingerprint
-
     cfg = spec["api_floors"]
     endpoint = {k: v for k, v in cfg["endpoint"].items() if k not in TRANSPORT_KEYS}
     return fingerprint({"target": spec["target"]["name"], "endpoint": endpoint,
@@ -96,11 +112,6 @@ def run_fingerprint(spec: Mapping[str, Any], anchor_ids: list[str]) -> str:
 def read_missing(spec: Mapping[str, Any], args: argparse.Namespace, anchors: Any, corpus: Any,
                  contexts: Mapping[str, list[int]], journal: Any) -> dict[str, Any]:
     """Every journalled anchor's reads, after reading (and journalling) the missing ones."""
-    from floorgap.probes.api_floors import RateLimiter, anchor_prompt, read_anchor
-    from floorgap.progress import progress
-    from floorgap.sampling import SamplingLaw
-    from floorgap.seeds import derive_seed
-
     cfg = spec["api_floors"]
     done = journal.load()
     todo = anchors[~anchors["anchor_id"].isin(list(done))]
@@ -108,7 +119,7 @@ def read_missing(spec: Mapping[str, Any], args: argparse.Namespace, anchors: Any
              cfg["anchors_per_domain"], len(done), len(todo))
     if not len(todo):
         return done
-    route = cfg["endpoint"].get("route", "completions")
+    route = cfg["endpoint"]["route"]
     law = SamplingLaw.from_spec(spec["law"])
     texts = _chat_texts(args.model_dir, corpus, todo) if route == "chat" else {}
     longest = max(len(contexts[a]) for a in todo["anchor_id"])
@@ -134,14 +145,6 @@ def matched_floors(spec: Mapping[str, Any], model_dir: Path, reads: Any,
                    contexts: Mapping[str, list[int]]) -> Any:
     """The full-vocabulary floors on the endpoint's own paths (the local target teacher-forced
     along them), one row per anchor and slot."""
-    import pandas as pd
-    import torch
-
-    from floorgap.errors import StageError
-    from floorgap.models.targets import load_target
-    from floorgap.probes.api_floors import full_vocab_floors, token_ids
-    from floorgap.sampling import SamplingLaw
-
     cfg, target, gamma = spec["api_floors"], spec["target"], int(spec["gamma"])
     law = SamplingLaw.from_spec(spec["law"])
     model, _ = load_target(model_dir, target["dtype"], target["device"])
@@ -160,13 +163,6 @@ def matched_floors(spec: Mapping[str, Any], model_dir: Path, reads: Any,
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    import pandas as pd
-
-    from floorgap.analysis.api_floors import anchor_slot_floors, reads_table, summarise
-    from floorgap.data.anchors import anchor_contexts, leading_anchors
-    from floorgap.probes.api_floors import AnchorJournal
-    from floorgap.records import read_table, write_table
-
     spec = args.spec
     cfg, target, gamma = spec["api_floors"], spec["target"], int(spec["gamma"])
     corpus = pd.concat([read_table(f) for f in args.corpus], ignore_index=True)
@@ -177,19 +173,19 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     reads = reads_table(read_missing(spec, args, anchors, corpus, contexts, journal), anchors)
     full = matched_floors(spec, args.model_dir, reads, contexts) if cfg.get("matched") else None
     floors = anchor_slot_floors(reads, gamma, int(cfg["top_k"]), full,
-                                float(cfg.get("tolerance", 1e-3)))
+                                float(cfg["tolerance"]))
     summary = summarise(floors)
     endpoint = cfg["endpoint"]
     meta = {"stage": "api_floors", "read": spec.get("read", "api"), "target": target["name"],
-            "route": endpoint.get("route", "completions"),
+            "route": endpoint["route"],
             "endpoint": "local vLLM server on the target" if endpoint.get("server") == "local"
             else f"{endpoint['base_url']} ({endpoint['model']})",
             "top_k": int(cfg["top_k"]), "paths": int(cfg["paths"]), "gamma": gamma,
             "law": spec["law"], "anchors": len(anchors),
             "anchors_per_domain": int(cfg["anchors_per_domain"]),
-            "matched": bool(cfg.get("matched")), "tolerance": float(cfg.get("tolerance", 1e-3)),
+            "matched": bool(cfg.get("matched")), "tolerance": float(cfg["tolerance"]),
             "journal_corrupt_lines": journal.corrupt_lines,
-            "chat_template": bool(target.get("chat_template", True))}
+            "chat_template": bool(target["chat_template"])}
     write_table(args.out_reads, reads, meta)
     write_table(args.out_floors, floors, meta)
     write_table(args.out_summary, summary, meta)
@@ -201,8 +197,6 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
 
 def _chat_texts(model_dir: Path, corpus: Any, anchors: Any) -> dict[str, tuple[str, str]]:
     """Prompt text and the response text before the anchor, for the chat route."""
-    from floorgap.models.targets import load_tokenizer
-
     tok = load_tokenizer(model_dir)
     by_prompt = {r.prompt_id: r for r in corpus.itertuples(index=False)}
     return {a.anchor_id: (by_prompt[a.prompt_id].prompt_text,

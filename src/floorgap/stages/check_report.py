@@ -18,7 +18,11 @@ import json
 import logging
 from pathlib import Path
 
+from floorgap.analysis.serving import load_rounds, served_check
 from floorgap.errors import StageError
+from floorgap.records import read_metadata, read_table
+from floorgap.reports.check import ServedCheck, build_check
+from floorgap.reports.check_page import write_check
 from floorgap.stages._cli import add_files, stage_parser
 
 
@@ -43,8 +47,6 @@ def build_parser() -> argparse.ArgumentParser:
 def served_records(paths: list[Path]) -> dict:
     """(requests, runs) of each served system, from the serving stage's records (paired by the
     system their metadata names)."""
-    from floorgap.records import read_metadata, read_table
-
     found: dict = {}
     for path in paths:
         kind = "runs" if "wall_s" in read_table(path).columns else "requests"
@@ -61,10 +63,6 @@ def served_checks(paths: list[Path], spec: dict, logger: logging.Logger,
     """The served check of each drafter from its serving_replay record (rounds replayed with
     its reference, or floorgap's import of its folder) and, in ``records``, its serving records
     (:func:`served_records`: what the engine counted itself)."""
-    from floorgap.analysis.serving import load_rounds, served_check
-    from floorgap.records import read_metadata
-    from floorgap.reports.check import ServedCheck
-
     out = {}
     for path in paths:
         meta = read_metadata(path)
@@ -90,9 +88,6 @@ def served_checks(paths: list[Path], spec: dict, logger: logging.Logger,
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.reports.check import build_check
-    from floorgap.reports.check_page import write_check
-
     spec = args.spec
     if not spec.get("drafters"):
         raise StageError("--spec names no drafters (the check entry's drafters)")

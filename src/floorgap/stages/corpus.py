@@ -13,6 +13,9 @@ import argparse
 import logging
 from pathlib import Path
 
+from floorgap.data.corpus import build_corpus
+from floorgap.models.targets import load_target, read_model_info
+from floorgap.records import write_table
 from floorgap.stages._cli import stage_parser
 
 
@@ -25,15 +28,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.data.corpus import build_corpus
-    from floorgap.models.targets import load_target, read_model_info
-    from floorgap.records import write_table
-
     spec = args.spec
     target = spec["target"]
     info = read_model_info(args.model_dir)
     model, tokenizer = load_target(args.model_dir, target.get("dtype", "float32"),
-                                   target.get("device", "cpu"))
+                                   target["device"])
     result = build_corpus(spec, model, tokenizer, info)
     write_table(args.out, result.table, result.metadata)
     logger.info("wrote %s (%d responses)", args.out, result.table.num_rows)

@@ -16,6 +16,7 @@ import argparse
 import logging
 
 from floorgap.errors import StageError
+from floorgap.reports.decomposition import decompose, write_decomposition
 from floorgap.stages._cli import add_files, stage_parser
 
 
@@ -32,8 +33,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.reports.decomposition import decompose, write_decomposition
-
     spec = args.spec
     try:
         name = str(spec["drafter"])
@@ -45,7 +44,7 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     kind = str((spec.get("entry") or {}).get("kind", ""))
     try:
         result = decompose(args.gaps, args.floors, name, kind=kind,
-                           level=float(spec.get("level", 0.95)),
+                           level=float(spec["level"]),
                            lookups=list(spec.get("lookups", [])))
     except ValueError as exc:
         raise StageError(str(exc)) from exc

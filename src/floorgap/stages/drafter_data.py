@@ -22,7 +22,19 @@ import logging
 import shutil
 from pathlib import Path
 
+import torch
+
+from floorgap.data.drafter_data import batch_folder, build_drafter_data
 from floorgap.errors import StageError
+from floorgap.models.targets import load_target, read_model_info, torch_dtype
+from floorgap.records import (
+    Journal,
+    atomic_path,
+    fingerprint,
+    read_metadata,
+    read_table,
+    sha256_file,
+)
 from floorgap.stages._cli import stage_parser
 
 
@@ -39,13 +51,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    import torch
-
-    from floorgap.data.drafter_data import batch_folder, build_drafter_data
-    from floorgap.models.targets import load_target, read_model_info, torch_dtype
-    from floorgap.records import (Journal, atomic_path, fingerprint, read_metadata, read_table,
-                                  sha256_file)
-
     spec = args.spec
     excluded: dict[str, set[str]] = {}
     sources = {}

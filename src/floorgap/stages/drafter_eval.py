@@ -19,7 +19,12 @@ from __future__ import annotations
 import argparse
 import logging
 
+from floorgap.data.anchors import anchor_contexts, read_shard
 from floorgap.errors import StageError
+from floorgap.models.targets import load_target
+from floorgap.probes.drafter_eval import evaluate_shard, load_drafters, stored_paths
+from floorgap.records import dataclass_rows, prompt_format, write_table
+from floorgap.sampling import SamplingLaw
 from floorgap.stages._cli import add_files, stage_parser
 
 
@@ -36,12 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.data.anchors import anchor_contexts, read_shard
-    from floorgap.models.targets import load_target
-    from floorgap.probes.drafter_eval import evaluate_shard, load_drafters, stored_paths
-    from floorgap.records import dataclass_rows, prompt_format, write_table
-    from floorgap.sampling import SamplingLaw
-
     spec = args.spec
     cfg, target = spec["rollouts"], spec["target"]
     gamma = int(spec["gamma"])

@@ -51,9 +51,29 @@ import argparse
 import json
 import logging
 import sys
+import uuid
 from pathlib import Path
 
+import torch
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
 from floorgap.errors import StageError
+from floorgap.models.checkpoints import (
+    checkpoint_path,
+    export_epochs,
+    final_record,
+    load_checkpoint,
+)
+from floorgap.models.drafter_training import (
+    check_variant,
+    fit_lookup_variant,
+    import_variant,
+    train_variant,
+)
+from floorgap.models.lookup import LOOKUP_KINDS
+from floorgap.models.training import init_distributed
+from floorgap.records import atomic_path
 from floorgap.stages._cli import stage_parser
 
 
@@ -79,11 +99,6 @@ def _torchrun(processes: int, argv: list[str]) -> int:
     """Re-execute this stage (arguments ``argv``) on ``processes`` local ranks through torch's
     elastic launcher, torchrun's engine. Not the torchrun command: its parser takes the stage's
     ``--log`` for an abbreviation of its own options and stops."""
-    import uuid
-
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=processes,
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0",
                           run_id=str(uuid.uuid4()), max_restarts=0)
@@ -95,19 +110,6 @@ def _torchrun(processes: int, argv: list[str]) -> int:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    import torch
-
-    from floorgap.models.checkpoints import (
-        checkpoint_path,
-        export_epochs,
-        final_record,
-        load_checkpoint,
-    )
-    from floorgap.models.drafter_training import check_variant, train_variant
-    from floorgap.models.lookup import LOOKUP_KINDS
-    from floorgap.models.training import init_distributed
-    from floorgap.records import atomic_path
-
     spec = args.spec
     target, variant = spec["target"], spec["variant"]
     if variant.get("kind") in LOOKUP_KINDS:
@@ -119,7 +121,7 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     if args.data is None:
         raise StageError(f"variant {variant['name']} is trained: give --data (the drafter "
                          "training record)")
-    processes = int(spec["train"].get("processes", 1))
+    processes = int(spec["train"]["processes"])
     if processes > 1 and str(target["device"]).startswith("cuda"):
         # one rank a GPU: with fewer visible, a rank would ask for a device that is not there
         visible = torch.cuda.device_count()
@@ -163,11 +165,6 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
 
 def _fit_table(args: argparse.Namespace, logger: logging.Logger) -> None:
     """A lookup-table variant: FINAL holds the fitted table, an empty train log, no epochs."""
-    import torch
-
-    from floorgap.models.drafter_training import fit_lookup_variant
-    from floorgap.records import atomic_path
-
     if args.data is None:
         raise StageError(f"variant {args.spec['variant']['name']} is estimated from the "
                          "training record: give --data")
@@ -184,11 +181,6 @@ def _fit_table(args: argparse.Namespace, logger: logging.Logger) -> None:
 
 def _import(args: argparse.Namespace, logger: logging.Logger) -> None:
     """A checkpoint variant: FINAL imported from its folder, an empty train log, no epochs."""
-    import torch
-
-    from floorgap.models.drafter_training import import_variant
-    from floorgap.records import atomic_path
-
     record = import_variant(args.spec, args.model_dir, logger)
     with atomic_path(args.out) as tmp:
         torch.save(record, tmp)

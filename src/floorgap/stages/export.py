@@ -24,7 +24,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from floorgap.errors import StageError
+from floorgap.models.engine_formats import DEFAULT_MAX_POSITIONS, FORMATS, export_drafter
+from floorgap.models.targets import load_target, text_config
+from floorgap.probes.drafter_eval import load_trained_drafter
 from floorgap.stages._cli import add_files, stage_parser
 
 
@@ -55,9 +60,6 @@ def _target_facts(model: Any) -> dict[str, Any]:
     """What the folder's config records about the target, from its loaded config. A config
     without ``architectures`` (a model built in memory) falls back to the model's class name,
     which is what ``architectures`` would hold."""
-    from floorgap.models.engine_formats import DEFAULT_MAX_POSITIONS
-    from floorgap.models.targets import text_config
-
     config = model.config
     text = text_config(config)
     architectures = getattr(config, "architectures", None) or [type(model).__name__]
@@ -68,12 +70,6 @@ def _target_facts(model: Any) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    import torch
-
-    from floorgap.models.engine_formats import FORMATS, export_drafter
-    from floorgap.models.targets import load_target
-    from floorgap.probes.drafter_eval import load_trained_drafter
-
     target, name, fmt = _spec_fields(args.spec)
     if fmt not in FORMATS:
         raise StageError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
@@ -81,7 +77,7 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
         if not Path(path).exists():
             raise StageError(f"{path} does not exist; run the models and drafters stages first")
     model, _ = load_target(args.model_dir, target.get("dtype", "float32"),
-                           target.get("device", "cpu"))
+                           target["device"])
     try:
         drafter = load_trained_drafter(args.drafter, model)
         facts = _target_facts(model)

@@ -19,7 +19,17 @@ import json
 import logging
 from pathlib import Path
 
+import torch
+
+from floorgap.data.anchors import anchor_contexts
 from floorgap.errors import StageError
+from floorgap.models.drafters import DrafterConfig
+from floorgap.models.engine_formats import read_engine_config
+from floorgap.models.targets import load_target
+from floorgap.probes.drafter_eval import load_trained_drafter
+from floorgap.probes.export_fidelity import compare_drafters, diagnose_folder
+from floorgap.records import atomic_path, read_table
+from floorgap.sampling import SamplingLaw
 from floorgap.stages._cli import add_files, stage_parser
 
 
@@ -35,15 +45,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    import torch
-
-    from floorgap.data.anchors import anchor_contexts
-    from floorgap.models.targets import load_target
-    from floorgap.probes.drafter_eval import load_trained_drafter
-    from floorgap.probes.export_fidelity import compare_drafters, diagnose_folder
-    from floorgap.records import atomic_path, read_table
-    from floorgap.sampling import SamplingLaw
-
     spec = args.spec
     target, n = spec["target"], int(spec["anchors_per_domain"])
     if len(args.corpus) != len(args.anchors):
@@ -87,10 +88,6 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
 def folder_causes(reference: object, folder: str) -> list[str]:
     """The named faults of a folder that does not import with the reference's structure, from
     its config alone (nothing, when even that does not read)."""
-    from floorgap.models.drafters import DrafterConfig
-    from floorgap.models.engine_formats import read_engine_config
-    from floorgap.probes.export_fidelity import diagnose_folder
-
     try:
         _, fields = read_engine_config(folder)
         cfg = DrafterConfig(**{k: v for k, v in fields.items() if k != "vocab_size"})

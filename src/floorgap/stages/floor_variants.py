@@ -15,6 +15,15 @@ import argparse
 import logging
 from pathlib import Path
 
+import pandas as pd
+
+from floorgap.analysis.floor_variants import summarise_variant
+from floorgap.data.anchors import leading_anchors
+from floorgap.errors import StageError
+from floorgap.models.targets import load_target
+from floorgap.probes.floor_variants import variant_floor_rows
+from floorgap.records import read_table, write_table
+from floorgap.sampling import SamplingLaw
 from floorgap.stages._cli import add_files, stage_parser
 
 
@@ -28,15 +37,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    import pandas as pd
-
-    from floorgap.analysis.floor_variants import summarise_variant
-    from floorgap.data.anchors import leading_anchors
-    from floorgap.models.targets import load_target
-    from floorgap.probes.floor_variants import variant_floor_rows
-    from floorgap.records import read_table, write_table
-    from floorgap.sampling import SamplingLaw
-
     spec = args.spec
     variant, target = spec["variant"], spec["target"]
     name = variant["name"]
@@ -50,8 +50,6 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
                               int(spec["anchors_per_domain"]),
                               room=gamma if gamma != int(spec["gamma"]) else None)
     if not len(anchors):
-        from floorgap.errors import StageError
-
         raise StageError(f"variant {name}: no anchor leaves room for a block of {gamma} tokens; "
                          "lower its gamma or raise corpus.max_new_tokens")
     logger.info("variant %s: %d anchors, gamma %d, M %s, laws %s", name, len(anchors), gamma,

@@ -18,8 +18,18 @@ from __future__ import annotations
 import argparse
 import logging
 
+from floorgap.analysis.floors import (
+    anchor_slot_table,
+    check_anchor_slot_table,
+    check_reveal_undefined,
+    load_records,
+    log_record_problems,
+    summarise,
+)
 from floorgap.errors import StageError
+from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED
 from floorgap.progress import Timer
+from floorgap.records import write_table
 from floorgap.stages._cli import add_files, stage_parser
 
 
@@ -34,12 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.analysis.floors import (REVEAL_UNDEFINED_MAX, anchor_slot_table,
-                                          check_anchor_slot_table, check_reveal_undefined,
-                                          load_records, log_record_problems, summarise)
-    from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED
-    from floorgap.records import write_table
-
     spec = args.spec
     try:
         n_boot, level = int(spec["bootstrap"]), float(spec["level"])
@@ -70,8 +74,7 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     logger.info("summary: %d rows (B=%d, level=%.3f) in %.1f s", len(summary), n_boot, level,
                 timer.seconds)
     log_record_problems(summary)
-    check_reveal_undefined(summary, float(spec.get("reveal_undefined_max",
-                                                   REVEAL_UNDEFINED_MAX)))
+    check_reveal_undefined(summary, float(spec["reveal_undefined_max"]))
 
     meta = {"stage": "floors", "target": records.target, "prompts": records.prompts,
             "gamma": records.gamma,

@@ -19,8 +19,12 @@ from __future__ import annotations
 import argparse
 import logging
 
+from floorgap.analysis.gaps import load_records, per_anchor_floor_check, summarise
+from floorgap.analysis.lookup_verdicts import lookup_verdicts
 from floorgap.errors import StageError
+from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED
 from floorgap.progress import Timer
+from floorgap.records import write_table
 from floorgap.stages._cli import add_files, stage_parser
 
 
@@ -35,11 +39,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.analysis.gaps import load_records, per_anchor_floor_check, summarise
-    from floorgap.analysis.lookup_verdicts import lookup_verdicts
-    from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED
-    from floorgap.records import write_table
-
     spec = args.spec
     try:
         n_boot, level = int(spec["bootstrap"]), float(spec["level"])

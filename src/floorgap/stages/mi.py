@@ -17,6 +17,10 @@ from __future__ import annotations
 import argparse
 import logging
 
+from floorgap.models.targets import load_target
+from floorgap.probes.mi import non_finite_cells, probe_anchors, read_mi_inputs
+from floorgap.records import dataclass_rows, prompt_format, write_table
+from floorgap.sampling import SamplingLaw
 from floorgap.stages._cli import add_files, stage_parser
 
 
@@ -28,11 +32,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.models.targets import load_target
-    from floorgap.probes.mi import non_finite_cells, probe_anchors, read_mi_inputs
-    from floorgap.records import dataclass_rows, prompt_format, write_table
-    from floorgap.sampling import SamplingLaw
-
     spec = args.spec
     cfg, target = spec["mi"], spec["target"]
     gamma = int(spec["gamma"])

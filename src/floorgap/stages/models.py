@@ -9,6 +9,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from floorgap.models.targets import materialise
 from floorgap.stages._cli import stage_parser
 
 
@@ -19,8 +20,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.models.targets import materialise
-
     info = materialise(args.spec, args.out)
     logger.info("parameters %d, vocab %d, layers %d, dtype %s", info["parameters"],
                 info["vocab_size"], info["num_hidden_layers"], info["dtype"])

@@ -16,6 +16,8 @@ import logging
 from pathlib import Path
 
 from floorgap.errors import StageError
+from floorgap.reports.common import write_values
+from floorgap.reports.registry import report_items
 from floorgap.stages._cli import parse_spec, stage_parser
 
 
@@ -45,9 +47,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.reports.common import write_values
-    from floorgap.reports.registry import report_items
-
     items = report_items(args.plugin)
     if args.item not in items:
         raise StageError(f"unknown item {args.item!r}; known: {sorted(items)}")

@@ -15,6 +15,11 @@ from __future__ import annotations
 import argparse
 import logging
 
+from floorgap.data.anchors import read_shard
+from floorgap.models.targets import load_target
+from floorgap.probes.rollouts import roll_out_anchors
+from floorgap.records import dataclass_rows, prompt_format, write_table
+from floorgap.sampling import SamplingLaw
 from floorgap.stages._cli import add_files, stage_parser
 
 
@@ -25,12 +30,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.models.targets import load_target
-    from floorgap.data.anchors import read_shard
-    from floorgap.probes.rollouts import roll_out_anchors
-    from floorgap.records import dataclass_rows, prompt_format, write_table
-    from floorgap.sampling import SamplingLaw
-
     spec = args.spec
     cfg, target = spec["rollouts"], spec["target"]
     gamma = int(spec["gamma"])

@@ -34,11 +34,28 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from floorgap.config import ENGINE_KINDS
 from floorgap.errors import StageError
+from floorgap.probes.engine_counts import settled_engine_counts
+from floorgap.probes.serving import (
+    EngineSpec,
+    ServedRequest,
+    ServedRun,
+    ServingRow,
+    engine_context_length,
+    running_engine,
+    serve_run,
+)
+from floorgap.progress import progress
+from floorgap.records import Journal, fingerprint, read_table, sha256_file, write_table
+from floorgap.seeds import derive_seed
 from floorgap.stages._cli import stage_parser
 
 
@@ -63,8 +80,6 @@ def engine_python(configured: str) -> str:
     outside the repository, e.g. a scratch copy, points at the repository's .venv-serving; it is
     not part of the spec, so it reruns nothing), else ``serving.python``. A missing one names
     the set-up step."""
-    import os
-
     configured = os.environ.get("FLOORGAP_SERVING_PYTHON") or configured
     path = Path(configured).expanduser()
     if not path.exists():
@@ -76,15 +91,10 @@ def engine_python(configured: str) -> str:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    import pandas as pd
-
-    from floorgap.probes.serving import EngineSpec, ServingRow, engine_context_length
-    from floorgap.records import read_table, write_table
-
     spec = args.spec
     target, system, cfg = spec["target"], spec["system"], spec["serving"]
     kind = system.get("kind")
-    if kind in ("dflash", "dspark") and args.drafter_dir is None:
+    if kind in ENGINE_KINDS and args.drafter_dir is None:
         raise StageError(f"system {system['name']} is a {kind} drafter: give --drafter-dir")
     table = read_table(args.rows)
     tasks = list(dict.fromkeys(table["task"]))
@@ -102,8 +112,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
                         drafter_dir=str(args.drafter_dir.absolute()) if args.drafter_dir else None,
                         layout=system.get("format"),
                         port=int(cfg["port"]), max_model_len=max_model_len,
-                        startup_timeout_s=float(cfg.get("startup_timeout_s", 900)),
-                        draft_sampling=str(cfg.get("draft_sampling", "probabilistic")),
+                        startup_timeout_s=float(cfg["startup_timeout_s"]),
+                        draft_sampling=str(cfg["draft_sampling"]),
                         threads=args.threads,
                         max_concurrency=max(int(c) for c in cfg["concurrency"]),
                         engine_counters=bool(kind) and bool(cfg["engine_counters"])
@@ -138,12 +148,6 @@ def serve_runs(engine: Any, spec: dict[str, Any], rows: dict[str, list[Any]],
     """(requests, runs, how many runs were read back): every run of the spec, journalled ones
     read back and the others served and journalled, in the order temperature, concurrency,
     task."""
-    from floorgap.probes.engine_counts import settled_engine_counts
-    from floorgap.probes.serving import ServedRequest, ServedRun, running_engine, serve_run
-    from floorgap.progress import progress
-    from floorgap.records import Journal, fingerprint, sha256_file
-    from floorgap.seeds import derive_seed
-
     target, system, cfg = spec["target"], spec["system"], spec["serving"]
     settings = [(float(temp), int(c), task) for temp in cfg["temperatures"]
                 for c in cfg["concurrency"] for task in rows]

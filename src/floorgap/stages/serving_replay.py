@@ -21,6 +21,14 @@ import logging
 from dataclasses import asdict, fields
 from pathlib import Path
 
+import pandas as pd
+
+from floorgap.errors import StageError
+from floorgap.models.targets import load_target
+from floorgap.probes.drafter_eval import load_drafters
+from floorgap.probes.serving_replay import ReplayRound, replay_requests
+from floorgap.progress import progress
+from floorgap.records import read_metadata, read_table, write_table
 from floorgap.stages._cli import add_files, stage_parser
 
 
@@ -38,15 +46,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    import pandas as pd
-
-    from floorgap.errors import StageError
-    from floorgap.models.targets import load_target
-    from floorgap.probes.drafter_eval import load_drafters
-    from floorgap.probes.serving_replay import ReplayRound, replay_requests
-    from floorgap.progress import progress
-    from floorgap.records import read_metadata, read_table, write_table
-
     spec = args.spec
     target, system, gamma = spec["target"], spec["system"], int(spec["gamma"])
     requests = read_table(args.requests)

@@ -14,6 +14,12 @@ import argparse
 import logging
 from pathlib import Path
 
+import pandas as pd
+import torch
+
+from floorgap.data.serving_rows import select_serving_rows
+from floorgap.models.targets import load_tokenizer
+from floorgap.records import read_table, write_table
 from floorgap.stages._cli import stage_parser
 
 
@@ -29,13 +35,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    import pandas as pd
-    import torch
-
-    from floorgap.data.serving_rows import select_serving_rows
-    from floorgap.models.targets import load_tokenizer
-    from floorgap.records import read_table, write_table
-
     spec = args.spec
     target = spec["target"]
     used: list[str] = []
@@ -49,10 +48,10 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     rows, facts = select_serving_rows(
         spec["tasks"], tokenizer, seed=int(spec["seed"]),
         max_prompt_tokens=int(spec["max_prompt_tokens"]),
-        chat_template=bool(target.get("chat_template", True)),
-        enable_thinking=bool(target.get("enable_thinking", False)), used_prompt_ids=used)
+        chat_template=bool(target["chat_template"]),
+        enable_thinking=bool(target["enable_thinking"]), used_prompt_ids=used)
     meta = {"stage": "serving_rows", "target": target["name"], "seed": spec["seed"],
             "tasks": facts, "excluded_prompts": len(set(used)),
-            "chat_template": bool(target.get("chat_template", True))}
+            "chat_template": bool(target["chat_template"])}
     write_table(args.out, pd.DataFrame(rows), meta)
     logger.info("wrote %d rows of %d tasks to %s", len(rows), len(facts), args.out)

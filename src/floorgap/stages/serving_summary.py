@@ -13,6 +13,10 @@ from __future__ import annotations
 import argparse
 import logging
 
+import pandas as pd
+
+from floorgap.analysis.serving import load_rounds, load_served, summarise_replay, summarise_serving
+from floorgap.records import write_table
 from floorgap.stages._cli import add_files, stage_parser
 
 
@@ -26,16 +30,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    import pandas as pd
-
-    from floorgap.analysis.serving import (
-        load_rounds,
-        load_served,
-        summarise_replay,
-        summarise_serving,
-    )
-    from floorgap.records import write_table
-
     spec = args.spec
     requests, runs = load_served(args.requests, args.runs)
     summary = summarise_serving(requests, runs, n_boot=int(spec["bootstrap"]),

@@ -10,6 +10,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from floorgap.reports.common import concat_values
 from floorgap.stages._cli import stage_parser
 
 
@@ -23,7 +24,5 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
-    from floorgap.reports.common import concat_values
-
     concat_values(args.out, args.fragments)
     logger.info("values: %d fragments -> %s", len(args.fragments), args.out)

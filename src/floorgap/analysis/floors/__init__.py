@@ -35,7 +35,6 @@ table, :mod:`.summary` aggregates it (with the statistics' notes in :mod:`.notes
 
 from floorgap.analysis.floors.load import FloorRecords, Issue, load_records
 from floorgap.analysis.floors.summary import (
-    REVEAL_UNDEFINED_MAX,
     SUMMARY_COLUMNS,
     check_reveal_undefined,
     log_record_problems,
@@ -50,7 +49,6 @@ from floorgap.errors import RecordMismatch
 
 __all__ = [
     "ANCHOR_SLOT_COLUMNS",
-    "REVEAL_UNDEFINED_MAX",
     "SUMMARY_COLUMNS",
     "FloorRecords",
     "Issue",

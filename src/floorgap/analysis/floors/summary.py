@@ -35,9 +35,6 @@ NEGLIGIBLE_FLOOR = 0.01
 TOP_FRACTION = 0.1
 #: K-median restart spread at or below this counts as zero (paper Sec. D.2).
 ZERO_SPREAD = 1e-9
-#: Largest share of revealed predecessors at one slot whose importance weights may all be zero
-#: (config ``analysis.reveal_undefined_max``); above it the importance route fails by name.
-REVEAL_UNDEFINED_MAX = 0.05
 
 class _Scope:
     """Anchors of one scope ("all" or a domain) with their shared bootstrap resample."""
