@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 import torch
 from floor_builders import ROLLOUTS, build_records, rewrite
 
+import floorgap
 from floorgap.analysis.floors import (
     ANCHOR_SLOT_COLUMNS,
     SUMMARY_COLUMNS,
@@ -291,43 +293,31 @@ def test_cli_writes_both_records(tmp_path):
     assert run_stage(main, build_parser(), argv_bad) == 2
 
 
+#: The two places of a new floor statistic, as edits of the package's own files: the field
+#: of the probe's record (filled where the probe computes the others; here by rewriting the
+#: records the probe wrote) and the summary's line with its note.
+_NEW_STATISTIC_EDITS = {
+    "probes/record_types.py": ("    n_eff: float\n", "    n_eff: float\n    t0_max_path: float = 0.0\n"),
+    "analysis/floors/summary.py": (
+        '    _emit_slots(rows, "T1_plugin", s.name, s.mean(plugin, ok), all_slots)\n',
+        '    _emit_slots(rows, "T1_plugin", s.name, s.mean(plugin, ok), all_slots)\n'
+        '    _emit_slots(rows, "T0_max_path", s.name, s.mean(s.matrix("t0_max_path"), ok),'
+        ' all_slots)\n'),
+    "analysis/floors/notes.py": (
+        "NOTES = {\n", 'NOTES = {\n    "T0_max_path": "Hajek mean of the largest per-path TV",\n'),
+}
+
 _NEW_STATISTIC = '''
-import dataclasses
 import sys
 from pathlib import Path
 
-import floorgap.probes.record_types as probe
+from floor_builders import build_records, rewrite
 
-
-# place 1, the probe: a field of its record (here beside the fields it has), which the probe
-# fills where it computes the others
-@dataclasses.dataclass(frozen=True)
-class Record(probe.SlotFloorRecord):
-    t0_max_path: float = 0.0
-
-
-probe.SlotFloorRecord = Record
-
-from floor_builders import build_records, rewrite  # noqa: E402
-
-from floorgap.analysis.floors import anchor_slot_table, load_records, summarise  # noqa: E402
-from floorgap.analysis.floors import summary as S  # noqa: E402
+from floorgap.analysis.floors import anchor_slot_table, load_records, summarise
 
 files = build_records(Path(sys.argv[1]), anchors_per_domain=3)
 for path in files["floors"]:  # what the probe writes now
     rewrite(path, lambda df: df.assign(t0_max_path=0.25 + 0.1 * df["slot"]))
-
-block = S._floor_block
-
-
-def with_the_new_line(rows, s, reveal_paths):  # place 2, the summary: its line and its note
-    block(rows, s, reveal_paths)
-    ok = s.matrix("t0").isfinite()
-    S._emit_slots(rows, "T0_max_path", s.name, s.mean(s.matrix("t0_max_path"), ok),
-                  range(s.gamma), note="Hajek mean of the largest per-path TV")
-
-
-S._floor_block = with_the_new_line
 rec = load_records(files["anchors"], files["paths"], files["floors"])
 table = anchor_slot_table(rec, kmedian_k=[1], kmedian_restarts=1)
 summary = summarise(table, rec, n_boot=20, level=0.9, kmedian_k=[1])
@@ -338,16 +328,23 @@ print(sorted(table["t0_max_path"].round(6).unique().tolist()), len(rows),
 
 
 def test_a_floor_statistic_is_the_probe_record_and_a_summary_line(tmp_path):
-    """ARCHITECTURE.md, "A floor statistic": a value the probe stores (a field of
-    SlotFloorRecord) reaches the record checks and the anchor x slot table with nothing else
-    changed, and one line in the summary gives its statistic by slot and scope. In a fresh
-    interpreter: the record's fields are read when the analysis modules load."""
+    """ARCHITECTURE.md, "A floor statistic": a field added to SlotFloorRecord
+    (probes/record_types.py) reaches the record checks and the anchor x slot table with
+    nothing else changed, and one line in the summary (analysis/floors/summary.py) with its
+    note (analysis/floors/notes.py) gives its statistic by slot and scope. The edits are made
+    to a copy of the package's files, run in a fresh interpreter."""
     here = Path(__file__).parent
+    package = tmp_path / "src" / "floorgap"
+    shutil.copytree(Path(floorgap.__file__).parent, package)
+    for name, (old, new) in _NEW_STATISTIC_EDITS.items():
+        source = (package / name).read_text()
+        assert source.count(old) == 1, f"{name} no longer holds {old!r}"
+        (package / name).write_text(source.replace(old, new))
     script = tmp_path / "new_statistic.py"
     script.write_text(_NEW_STATISTIC)
     out = subprocess.run([sys.executable, str(script), str(tmp_path / "records")],
                          cwd=here, env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                             [str(here), os.environ.get("PYTHONPATH", "")])},
+                             [str(package.parent), str(here), os.environ.get("PYTHONPATH", "")])},
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     # gamma 3, scopes all + 2 domains; a constant per slot is its own Hajek mean
