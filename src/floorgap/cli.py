@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from floorgap import __version__
+from floorgap.config.kinds import ENGINE_KINDS, KINDS, SERVED_FORMATS
 from floorgap.errors import StageError
 from floorgap.stages import STAGES
 from floorgap.stages._cli import EXIT_STAGE_ERROR, run_stage
@@ -277,6 +278,12 @@ class DecomposeError(RuntimeError):
     says what to change."""
 
 
+def _format_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """``--format``: a checkpoint layout the import reads, or ``auto``."""
+    layouts = dict.fromkeys([*SERVED_FORMATS, *(f for k in KINDS.values() for f in k.formats)])
+    parser.add_argument("--format", default="auto", choices=["auto", *layouts], help=help_text)
+
+
 def decompose_parser() -> argparse.ArgumentParser:
     """The options of ``floorgap decompose``."""
     parser = argparse.ArgumentParser(
@@ -288,10 +295,8 @@ def decompose_parser() -> argparse.ArgumentParser:
                         help="drafter checkpoint folder (config.json + safetensors weights)")
     parser.add_argument("--name", default="user",
                         help="the drafter's name in the results (default: user)")
-    parser.add_argument("--format", default="auto",
-                        choices=["auto", "dflash", "dspark", "speculators"],
-                        help="checkpoint layout (default: detected from config.json)")
-    parser.add_argument("--kind", choices=["dflash", "dspark"], default=None,
+    _format_option(parser, "checkpoint layout (default: detected from config.json)")
+    parser.add_argument("--kind", choices=ENGINE_KINDS, default=None,
                         help="drafter kind; needed only for a speculators folder whose config "
                              "does not say it")
     _workflow_options(parser)
@@ -448,9 +453,7 @@ def check_parser() -> argparse.ArgumentParser:
     parser.add_argument("--report", default=None,
                         help="the check's name, results/check/<report>/ (default: the drafters' "
                              "names joined by +)")
-    parser.add_argument("--format", default="auto",
-                        choices=["auto", "dflash", "dspark", "speculators"],
-                        help="checkpoint layout of every folder (default: detected per folder)")
+    _format_option(parser, "checkpoint layout of every folder (default: detected per folder)")
     parser.add_argument("--serve", action=argparse.BooleanOptionalAction, default=None,
                         help="serve each dflash or dspark folder in the config's engine on a few "
                              "rows per task and replay its rounds (default: on where the config "

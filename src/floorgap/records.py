@@ -14,7 +14,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, fields, is_dataclass
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,14 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+@dataclass
+class TableRecord:
+    """A record's rows and the metadata written beside them (:func:`write_table`)."""
+
+    table: pa.Table
+    metadata: dict[str, Any]
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:

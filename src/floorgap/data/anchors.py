@@ -36,7 +36,7 @@ import pyarrow as pa
 import torch
 
 from floorgap.errors import StageError
-from floorgap.records import read_metadata, read_table, sha256_file
+from floorgap.records import TableRecord, read_metadata, read_table, sha256_file
 from floorgap.seeds import derive_seed, generator_for
 
 log = logging.getLogger("floorgap.anchors")
@@ -130,12 +130,6 @@ ANCHOR_SCHEMA = pa.schema([
 
 
 @dataclass
-class AnchorResult:
-    table: pa.Table
-    metadata: dict[str, Any]
-
-
-@dataclass
 class _Candidates:
     """Eligible positions of a corpus grouped by stratum (``bucket|third``)."""
     by_stratum: dict[str, list[tuple[str, int]]]
@@ -208,7 +202,7 @@ def _log_allocation_warnings(domain: str, *, total: int, per_domain: int, strata
 
 def sample_anchors(corpus: pd.DataFrame, *, domain: str, per_domain: int, gamma: int,
                    context_buckets: Sequence[int], seed: int,
-                   special_ids: Iterable[int]) -> AnchorResult:
+                   special_ids: Iterable[int]) -> TableRecord:
     """Draw the stratified anchor sample of one domain from its corpus records."""
     edges = [int(e) for e in context_buckets]
     if edges != sorted(set(edges)):
@@ -250,10 +244,10 @@ def sample_anchors(corpus: pd.DataFrame, *, domain: str, per_domain: int, gamma:
                    "strata_nonempty": len(strata), "strata_sampled": len(strata) -
                    len(empty_sampled), "shortfall": shortfall},
     }
-    return AnchorResult(table, metadata)
+    return TableRecord(table, metadata)
 
 
-def anchors_from_corpus_file(corpus_path: Path, spec: dict[str, Any]) -> AnchorResult:
+def anchors_from_corpus_file(corpus_path: Path, spec: dict[str, Any]) -> TableRecord:
     """Read a corpus record, check it belongs to ``spec["domain"]`` and draw its anchors; the
     metadata also records the corpus file (path, hash, counts) and its target and law."""
     cfg = spec["anchors"]
@@ -276,7 +270,7 @@ def anchors_from_corpus_file(corpus_path: Path, spec: dict[str, Any]) -> AnchorR
         "target": corpus_meta.get("target"),
         "law": corpus_meta.get("law"),
     }
-    return AnchorResult(result.table, meta)
+    return TableRecord(result.table, meta)
 
 
 def anchor_contexts(corpus: pd.DataFrame, anchors: pd.DataFrame) -> list[list[int]]:

@@ -34,6 +34,7 @@ from floorgap.errors import StageError
 from floorgap.models.sampled_decode import left_padded
 from floorgap.models.targets import chat_prompt_ids, eos_token_ids, special_token_ids
 from floorgap.progress import Timer, iter_batches, progress
+from floorgap.records import TableRecord
 from floorgap.sampling import SamplingLaw, keyed_draws
 from floorgap.seeds import generator_for
 
@@ -139,12 +140,6 @@ CORPUS_SCHEMA = pa.schema([
     ("censored", pa.bool_()),
     ("response_text", pa.string()),
 ])
-
-
-@dataclass
-class CorpusResult:
-    table: pa.Table
-    metadata: dict[str, Any]
 
 
 @dataclass
@@ -278,7 +273,7 @@ def _corpus_metadata(spec: dict[str, Any], domain: Any, law: SamplingLaw, tokeni
 
 
 def build_corpus(spec: dict[str, Any], model: Any, tokenizer: Any,
-                 model_info: dict[str, Any] | None = None) -> CorpusResult:
+                 model_info: dict[str, Any] | None = None) -> TableRecord:
     """Select the domain's prompts and let the target answer each; no file is written here.
 
     ``spec`` is the corpus stage spec (``target``, ``domain``, ``corpus``, ``law``, ``seed``).
@@ -296,4 +291,4 @@ def build_corpus(spec: dict[str, Any], model: Any, tokenizer: Any,
     table = _corpus_table(chosen, responses, tokenizer)
     metadata = _corpus_metadata(spec, chosen.domain, law, tokenizer, model_info or {}, eos_ids,
                                 pad_id, counts)
-    return CorpusResult(table, metadata)
+    return TableRecord(table, metadata)

@@ -242,6 +242,13 @@ def _truncate(probs: Tensor, top_p: float, top_k: int | None) -> Tensor:
     return out / out.sum(-1, keepdim=True)
 
 
+def _check_law(temperature: float, top_p: float) -> None:
+    if temperature <= 0:
+        raise ValueError("temperature must be positive")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError("top_p must lie in (0, 1]")
+
+
 def warp_logits(
     logits: Tensor, temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None
 ) -> Tensor:
@@ -269,10 +276,7 @@ def warp_logits(
     Tensor
         ``[..., V]`` probabilities of the warped law, zero outside the kept tokens.
     """
-    if temperature <= 0:
-        raise ValueError("temperature must be positive")
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError("top_p must lie in (0, 1]")
+    _check_law(temperature, top_p)
     # x / 1 == x exactly: at temperature 1 the division (a pass over [..., V]) is skipped
     probs = torch.softmax(logits if temperature == 1.0 else logits / temperature, dim=-1)
     if top_p >= 1.0 and (top_k is None or top_k <= 0 or top_k >= logits.shape[-1]):
@@ -306,10 +310,7 @@ def warp_probs(
     Tensor
         ``[..., V]`` probabilities of the warped law, zero outside the kept tokens.
     """
-    if temperature <= 0:
-        raise ValueError("temperature must be positive")
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError("top_p must lie in (0, 1]")
+    _check_law(temperature, top_p)
     if temperature == 1.0:
         out = probs / probs.sum(-1, keepdim=True)
     else:

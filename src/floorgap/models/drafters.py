@@ -482,7 +482,22 @@ class ConfidenceHead(nn.Module):
         return torch.sigmoid(self.proj(torch.cat([h, a.to(h.dtype)], -1)).squeeze(-1))
 
 
-class Drafter(nn.Module):
+class SlotProposal:
+    """The proposal interface's shape, read from ``cfg``: ``gamma`` slots and the conditioning
+    ``order`` (shared by the drafters and the lookup tables, :mod:`floorgap.models.lookup`)."""
+
+    cfg: Any
+
+    @property
+    def gamma(self) -> int:
+        return self.cfg.gamma
+
+    @property
+    def order(self) -> int:
+        return self.cfg.order
+
+
+class Drafter(SlotProposal, nn.Module):
     """What every kind shares: the backbone, the borrowed target tables, the trimmed draft
     vocabulary, the mask rows and the objective. A kind is a subclass (:data:`DRAFTER_CLASSES`)
     that adds its heads and its passes (``forward``, ``propose``, ``propose_paths``, ``draft``)
@@ -570,14 +585,6 @@ class Drafter(nn.Module):
         idx = self.target_to_draft[top.ids]
         valid = idx >= 0
         return TopKTargets(ids=idx.clamp_min(0), vals=top.vals), valid
-
-    @property
-    def gamma(self) -> int:
-        return self.cfg.gamma
-
-    @property
-    def order(self) -> int:
-        return self.cfg.order
 
     # ---- shared target pieces
     def embed(self, ids: Tensor) -> Tensor:

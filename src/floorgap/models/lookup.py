@@ -38,6 +38,7 @@ from torch import Tensor
 
 from floorgap.config import KIND_ORDER, LOOKUP_KINDS
 from floorgap.estimators.topk import topk_divergences, topk_tv
+from floorgap.models.drafters import SlotProposal
 from floorgap.models.examples import block_index
 
 LOOKUP_ORDER = {k: KIND_ORDER[k] for k in LOOKUP_KINDS}
@@ -133,7 +134,7 @@ def _positions(data: Mapping[str, Any], sequences: Sequence[int], lag: int,
             data["target_vals"][rows_t, :top_k].float())
 
 
-class LookupProposal:
+class LookupProposal(SlotProposal):
     """A fitted table (module docstring); ``propose``/``propose_paths`` as the drafters'."""
 
     def __init__(self, cfg: LookupConfig, unigram: Tensor,
@@ -142,15 +143,7 @@ class LookupProposal:
         self.unigram = unigram.double()                 # [V], sums to 1
         self.tables = list(tables)                      # one per slot, or one (bigram)
 
-    # ---- the drafters' interface
-    @property
-    def gamma(self) -> int:
-        return self.cfg.gamma
-
-    @property
-    def order(self) -> int:
-        return self.cfg.order
-
+    # ---- the drafters' interface (gamma and order: SlotProposal)
     @property
     def vocab_size(self) -> int:
         return self.cfg.vocab_size

@@ -81,6 +81,16 @@ def _summary(inputs: Mapping[str, Path]) -> GapSummary:
     return GapSummary(inputs["summary"])
 
 
+def _open(inputs: Mapping[str, Path], spec: Mapping[str, Any], *required: int
+          ) -> tuple[GapSummary, tuple[str, str, str]]:
+    """The gaps summary and the role variants (order-0, order-1, ours), those at the indices
+    ``required`` checked to be in it."""
+    s, roles = _summary(inputs), role_variants(spec)
+    for i in required:
+        s.require(roles[i])
+    return s, roles
+
+
 def _served_taus(inputs: Mapping[str, Path]) -> dict[str, pd.Series]:
     """Served tau at temperature 1 (the evaluation law the offline tau is computed under; task
     macro, mean over concurrency) of every system in the serving summary, when the item was
@@ -104,13 +114,15 @@ def _stem(spec: Mapping[str, Any], variant: str) -> str:
     return role_stem(dict(zip(ROLE_STEMS, role_variants(spec))), variant)
 
 
-def _baseline_variants(s: GapSummary, spec: Mapping[str, Any]) -> list[str]:
-    """The order-0 and order-1 baselines present in the summary (at least one is required)."""
-    v0, v1, _ = role_variants(spec)
+def _baselines(inputs: Mapping[str, Path], spec: Mapping[str, Any]
+               ) -> tuple[GapSummary, list[str]]:
+    """The gaps summary and the order-0 and order-1 baselines present in it (at least one is
+    required)."""
+    s, (v0, v1, _) = _open(inputs, spec)
     variants = [v for v in (v0, v1) if v in s.variants]
     if not variants:
         raise ValueError(f"{s.path} has neither {v0!r} nor {v1!r}")
-    return variants
+    return s, variants
 
 
 def _label(v: str) -> str:
@@ -174,9 +186,7 @@ def _long(s: GapSummary, stats: list[str], variants: list[str], slots: list[int]
 def table5_dflash(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
                   ) -> dict[str, str]:
     """Table 5: DFlash T0, R, G0 with its interval and G0/R per slot."""
-    s = _summary(inputs)
-    v, _, _ = role_variants(spec)
-    s.require(v)
+    s, (v, _, _) = _open(inputs, spec, 0)
     ks = s.slots
     rows = [["$T^{(0)}$", *[fmt(s.get("T0", v, k), 2) for k in ks]],
             ["$R$", *[fmt(s.get("R", v, k), 2) for k in ks]],
@@ -211,9 +221,7 @@ def table6_dspark(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: 
     """Table 6: DSpark per slot on the split-half's covered paths (covered mass c): T1,
     R^oracle, G1 with its interval, exposure and R^self; then the importance route's T1 and G1
     share on every path as the second estimate."""
-    s = _summary(inputs)
-    _, v, _ = role_variants(spec)
-    s.require(v)
+    s, (_, v, _) = _open(inputs, spec, 1)
     ks = _table6_slots(s, spec)
     rows = [["covered mass $c$", *[fmt(s.get("covered_mass", v, k), 2) for k in ks]],
             ["$T^{(1)}$ (split-half)", *[fmt(s.get("T1", v, k), 2) for k in ks]],
@@ -252,8 +260,7 @@ def table6_dspark(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: 
 def table7_serving_risk(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
                         ) -> dict[str, str]:
     """Table 7: free vs serving-weighted risk (slots >= 1) for both released drafters."""
-    s = _summary(inputs)
-    v0, v1, _ = role_variants(spec)
+    s, (v0, v1, _) = _open(inputs, spec)
     ks = s.slots[1:]
     rows, values = [], {}
     for v, free_label in ((v0, "R_{k}"), (v1, "R_{k}^{\\mathrm{oracle}}")):
@@ -281,9 +288,7 @@ def table7_serving_risk(inputs: Mapping[str, Path], spec: Mapping[str, Any], out
 def table8_dependence(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
                       ) -> dict[str, str]:
     """Table 8: D_k per slot; tau joint vs tau independent in the values."""
-    s = _summary(inputs)
-    v0, v1, _ = role_variants(spec)
-    variants = _baseline_variants(s, spec)
+    s, variants = _baselines(inputs, spec)
     rows, values = [], {}
     for v in variants:
         rows.append([_label(v), *[fmt(s.get("D", v, k), 3) for k in s.slots]])
@@ -301,10 +306,7 @@ def table8_dependence(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_d
 def table12_ours_vs_dspark(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
                            ) -> dict[str, str]:
     """Table 12: T1, R^oracle and R^self per slot for DSpark and ours."""
-    s = _summary(inputs)
-    _, v1, vo = role_variants(spec)
-    s.require(v1)
-    s.require(vo)
+    s, (_, v1, vo) = _open(inputs, spec, 1, 2)
     ks = s.slots
     rows = []
     rows.append(["covered mass $c$", "", *[fmt(s.get("covered_mass", v1, k), 2) for k in ks]])
@@ -430,9 +432,7 @@ def table13_components(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
 def tableF5_single_slot(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
                         ) -> dict[str, str]:
     """Table F.5: held-out single-slot best-response gains per slot with intervals."""
-    s = _summary(inputs)
-    v0, v1, _ = role_variants(spec)
-    variants = _baseline_variants(s, spec)
+    s, variants = _baselines(inputs, spec)
     rows, values = [], {}
     for v in variants:
         rows.append([f"{_label(v)} $\\Delta\\tau_{{k}}^{{\\mathrm{{BR}}}}$",
@@ -453,9 +453,7 @@ def tableF5_single_slot(inputs: Mapping[str, Path], spec: Mapping[str, Any], out
 def tableF6_sweeps(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
                    ) -> dict[str, str]:
     """Table F.6: sum of isolated gains vs coordinate sweeps in both directions."""
-    s = _summary(inputs)
-    v0, v1, _ = role_variants(spec)
-    variants = _baseline_variants(s, spec)
+    s, variants = _baselines(inputs, spec)
     rows, values = [], {}
     n = s.gamma - 1
     for v in variants:
@@ -495,10 +493,7 @@ def _stack(ax, ks: list[int], parts: list[tuple[str, np.ndarray]], title: str) -
 def fig4_drafter_decomposition(inputs: Mapping[str, Path], spec: Mapping[str, Any],
                                out_dir: Path) -> dict[str, str]:
     """Fig. 4: DFlash R = T0 + G0 (left); DSpark R^self = T1 + G1 + exposure (right)."""
-    s = _summary(inputs)
-    v0, v1, _ = role_variants(spec)
-    s.require(v0)
-    s.require(v1)
+    s, (v0, v1, _) = _open(inputs, spec, 0, 1)
     ks = s.slots
     fig, (left, right) = item_figure(spec, 2)
     _stack(left, ks, [("floor $T^{(0)}$", s.series("T0", v0, ks)[0]),
@@ -530,14 +525,12 @@ def _line(ax, ks: list[int], series: tuple[np.ndarray, np.ndarray, np.ndarray], 
 def fig6_slot_priority(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
                        ) -> dict[str, str]:
     """Fig. 6: model gap by slot (left) and held-out single-slot gain by slot (right)."""
-    s = _summary(inputs)
-    v0, v1, _ = role_variants(spec)
-    variants = _baseline_variants(s, spec)
+    s, variants = _baselines(inputs, spec)
     ks = s.slots
     fig, (left, right) = item_figure(spec, 2)
     values = {}
     for v in variants:
-        gap = "G0" if v == v0 else "G1"
+        gap = "G0" if v == role_variants(spec)[0] else "G1"
         _line(left, ks, s.series(gap, v, ks), _label(v))
         _line(right, ks, s.series("dtau_br", v, ks), _label(v))
         gains = s.series("dtau_br", v, ks)[0]
@@ -556,10 +549,7 @@ def fig6_slot_priority(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
 def fig7_prefix_attention(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
                           ) -> dict[str, str]:
     """Fig. 7: ours vs DSpark per slot: model gap, exposure and self-conditioned risk."""
-    s = _summary(inputs)
-    _, v1, vo = role_variants(spec)
-    s.require(v1)
-    s.require(vo)
+    s, (_, v1, vo) = _open(inputs, spec, 1, 2)
     ks = s.slots
     fig, axes = item_figure(spec, 3)
     for ax, (stat, title) in zip(axes, (("G1", "model gap $G^{(1)}$"),
