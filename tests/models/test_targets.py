@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 
+from conftest import load_config
 from floorgap.errors import StageError
 from floorgap.stages._cli import run_stage
 from floorgap.stages.models import build_parser, main
@@ -89,10 +90,16 @@ def test_read_model_info_requires_materialised_folder(tmp_path):
         read_model_info(tmp_path)
 
 
+
+def entry(name: str, source: dict, dtype: str) -> dict:
+    """A target entry as a validated config holds it (the schema's defaults filled in)."""
+    return {"name": name, "source": source, "dtype": dtype, "device": "cpu",
+            "chat_template": True, "enable_thinking": False}
+
 @pytest.mark.slow
 def test_random_target_is_deterministic_and_reloads(tmp_path):
-    a = materialise({"name": "a", "source": TINY, "dtype": "float32"}, tmp_path / "a")
-    b = materialise({"name": "b", "source": TINY, "dtype": "float32"}, tmp_path / "b")
+    a = materialise(entry("a", TINY, "float32"), tmp_path / "a")
+    b = materialise(entry("b", TINY, "float32"), tmp_path / "b")
     assert a["parameters"] == b["parameters"] and a["vocab_size"] == 49152
     assert a["verify_max_abs_logit_diff"] == 0.0
     assert a["special_token_ids"][:3] == [0, 1, 2] and a["eos_token_ids"] == [2]
@@ -105,25 +112,24 @@ def test_random_target_is_deterministic_and_reloads(tmp_path):
     ids = chat_prompt_ids(tok, "Hello")
     assert tok.decode(ids).endswith("<|im_start|>assistant\n")
     assert [p.name for p in tmp_path.iterdir()] and not list(tmp_path.glob(".*tmp"))
-    qwen = materialise({"name": "q", "source": dict(TINY, architecture="qwen3"),
-                        "dtype": "bfloat16"}, tmp_path / "q")
+    qwen = materialise(entry("q", dict(TINY, architecture="qwen3"), "bfloat16"), tmp_path / "q")
     assert qwen["architecture"] == "qwen3" and qwen["dtype"] == "bfloat16"
 
 
 @pytest.mark.slow
 def test_hub_source_from_a_local_folder(tmp_path):
     """The hub path goes through from_pretrained; a local folder stands in for a hub id."""
-    materialise({"name": "a", "source": TINY, "dtype": "float32"}, tmp_path / "a")
-    info = materialise({"name": "h", "source": {"kind": "hub", "id": str(tmp_path / "a")},
-                        "dtype": "float32"}, tmp_path / "h")
+    materialise(entry("a", TINY, "float32"), tmp_path / "a")
+    info = materialise(entry("h", {"kind": "hub", "id": str(tmp_path / "a")}, "float32"),
+                       tmp_path / "h")
     assert info["source_kind"] == "hub" and info["source"]["id"] == str(tmp_path / "a")
     ma, _ = load_target(tmp_path / "a")
     mh, _ = load_target(tmp_path / "h")
     x = torch.tensor([[1, 200, 300, 2]])
     assert torch.equal(ma(x).logits, mh(x).logits)
     with pytest.raises(StageError, match="hub access"):
-        materialise({"name": "m", "source": {"kind": "hub", "id": str(tmp_path / "missing")},
-                     "dtype": "float32"}, tmp_path / "m")
+        materialise(entry("m", {"kind": "hub", "id": str(tmp_path / "missing")}, "float32"),
+                    tmp_path / "m")
     assert not (tmp_path / "m").exists()
 
 
@@ -157,12 +163,10 @@ def test_a_chunked_gguf_package_materialises_the_second_target(tmp_path, monkeyp
     """Gemma-3-270M (the default's second target): its package joins the chunk packages
     into the GGUF (cached under $FLOORGAP_CACHE), the saved folder reproduces the GGUF model's
     logits, and as a base model it formats prompts without a chat template."""
-    import yaml
-
     from floorgap.models.targets import chat_prompt_ids, package_gguf
 
     monkeypatch.setenv("FLOORGAP_CACHE", str(tmp_path / "cache"))
-    config = yaml.safe_load((repo / "config.yaml").read_text())
+    config = load_config(repo / "config.yaml")
     name = "gemma3-270m"
     target = {k: v for k, v in config["targets"][name].items() if k not in ("scope", "settings")}
     path, version = package_gguf(target["source"])

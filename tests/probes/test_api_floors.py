@@ -134,10 +134,13 @@ def _args(inputs, out: Path, spec: dict) -> list[str]:
 
 def _spec(inputs, port: int, **endpoint) -> dict:
     cfg, target, *_ = inputs
+    section = cfg["api_floors"]  # validated: the schema's defaults of what is not set here
     return {"target": target, "law": cfg["evaluation_law"], "gamma": cfg["anchors"]["gamma"],
             "seed": cfg["seed"], "serving_python": str(SERVING_PYTHON),
-            "api_floors": {"anchors_per_domain": 3, "paths": 16, "top_k": 20, "matched": True,
-                           "endpoint": {"server": "local", "port": port, "max_model_len": 1024,
+            "api_floors": {**section, "anchors_per_domain": 3, "paths": 16, "top_k": 20,
+                           "matched": True,
+                           "endpoint": {**section["endpoint"], "server": "local", "port": port,
+                                        "max_model_len": 1024,
                                         "extra_body": {"return_tokens_as_token_ids": True,
                                                        "ignore_eos": True}, **endpoint}}}
 
