@@ -69,16 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"floorgap {__version__}")
         return 0
     name = args[0]
-    if name == "decompose":
-        return decompose(args[1:])
-    if name == "check":
-        return check(args[1:])
-    if name == "inspect":
-        return inspect(args[1:])
-    if name == "plan":
-        return plan(args[1:])
-    if name == "rehearsal":
-        return rehearsal(args[1:])
+    commands = {"decompose": decompose, "check": check, "inspect": inspect, "plan": plan,
+                "rehearsal": rehearsal}
+    if name in commands:
+        return commands[name](args[1:])
     if name not in STAGES:
         print(f"floorgap: unknown stage {name!r}; stages: {', '.join(STAGES)}; commands: "
               f"{', '.join(COMMANDS)}", file=sys.stderr)

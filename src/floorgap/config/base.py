@@ -433,22 +433,20 @@ def check_targets(spec: SpecCore) -> None:
 
 
 def check_names(spec: SpecCore) -> None:
-    """Variants, component arms, budget arms and decompose drafters share one namespace."""
-    clash = sorted(set(spec.variants) & set(spec.arms))
-    if clash:
-        raise ConfigError(f"drafters.components.arms reuses the variant name(s) {clash}; "
-                          "give the component arms their own names")
-    clash = sorted(set(spec.budget_arms) & set(spec.variants + spec.arms))
-    if clash:
-        raise ConfigError(f"drafters.budget.arms reuses the drafter name(s) {clash}; give the "
-                          "budget arms their own names")
-    clash = sorted(set(spec.lookups) & set(spec.variants + spec.arms + spec.budget_arms))
-    if clash:
-        raise ConfigError(f"drafters.lookups reuses the drafter name(s) {clash}; give the "
-                          "lookup tables their own names")
-    clash = sorted(set(spec.decompose) & set(spec.variants + spec.arms + spec.budget_arms
-                                             + spec.lookups))
-    if clash:
-        raise ConfigError(f"decompose reuses the drafter name(s) {clash} of the drafters "
-                          "section (one namespace, one results folder each); give the drafters "
-                          "to decompose their own names")
+    """Variants, component arms, budget arms, lookup tables and decompose drafters share one
+    namespace: each section's names are new to the sections before it."""
+    sections = (("drafters.components.arms", spec.arms, "the variant name(s)",
+                 "give the component arms their own names"),
+                ("drafters.budget.arms", spec.budget_arms, "the drafter name(s)",
+                 "give the budget arms their own names"),
+                ("drafters.lookups", spec.lookups, "the drafter name(s)",
+                 "give the lookup tables their own names"),
+                ("decompose", spec.decompose, "the drafter name(s)",
+                 "give the drafters to decompose their own names (one namespace, one results "
+                 "folder each)"))
+    before = list(spec.variants)
+    for section, names, what, fix in sections:
+        clash = sorted(set(names) & set(before))
+        if clash:
+            raise ConfigError(f"{section} reuses {what} {clash}; {fix}")
+        before += names

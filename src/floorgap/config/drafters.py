@@ -123,8 +123,8 @@ class DrafterSpecs(SpecCore):
 
 def check_drafters(spec: DrafterSpecs) -> None:
     """The drafters section against itself: the component baseline is an arm, the studied
-    variants and the roles name variants, the order-0 baseline is a dflash drafter, every
-    domain has a training-prompt count, and checkpoint entries are where they may be."""
+    variants and the roles name variants, every domain has a training-prompt count, and
+    checkpoint entries are where they may be."""
     cfg = spec.config
     baseline = cfg["drafters"]["components"]["baseline"]
     if baseline not in spec.arms:
@@ -152,11 +152,8 @@ def check_drafters(spec: DrafterSpecs) -> None:
             raise ConfigError(f"drafters.roles.{role} is {name!r}, which is not one of "
                               f"drafters.variants ({', '.join(spec.variants)}); name the variant "
                               "that plays this role")
-    order0 = variant_kind(cfg["drafters"]["variants"][spec.roles["order0"]],
-                          f"drafters.variants.{spec.roles['order0']}")
-    if order0 != "dflash":
-        raise ConfigError(f"drafters.roles.order0 {spec.roles['order0']!r} is a {order0} drafter; "
-                          "the order-0 baseline must be of kind dflash (q_k depends on X only)")
+    # the order-0 baseline's kind is checked on every target (config.base.check_targets)
+
 
 def check_checkpoints(spec: DrafterSpecs) -> None:
     """Checkpoint entries are well formed, and only where final weights are all that is read:

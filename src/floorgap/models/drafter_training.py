@@ -1,19 +1,13 @@
-"""One drafter variant trained on a target's training record (the ``floorgap drafters`` stage).
-
-The drafter sees the committed prefix (context without its last token, the committed token)
-through the target's tap layers. Every context of the record is a prefix of one stored sequence
-and the target is causal, so one forward per sequence gives the features of all its blocks
-(:class:`BlockExamples`); they are computed once, before the first epoch, and held in memory as
-float32. A run that has nothing left to train skips this.
+"""One drafter variant trained on a target's training record (the ``floorgap drafters`` stage):
+configure, import, fit a lookup table or train, on the blocks of
+:class:`floorgap.models.examples.BlockExamples` (the target's tap features of each sequence,
+computed once before the first epoch; a run that has nothing left to train skips this).
 
 Resumption. :func:`train_variant` calls :func:`floorgap.models.training.train` with resumption
 on when ``run.json`` in the checkpoint folder (:func:`floorgap.models.checkpoints.run_record`)
 matches the current run: a killed job continues after its newest epoch checkpoint, and a run
 whose checkpoints cover every epoch trains nothing. When the record differs, training starts
 afresh.
-
-Size: about 600 lines, the drafters stage's one job per variant: configure, import, fit a
-lookup table or train, with the block dataset (:class:`BlockExamples`) they all read.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Paper items of the gap half: Figs. 4, 6, 7 and Tables 5, 6, 7, 8, 10, 12, 13, F.5, F.6.
 
-Every item reads a gaps summary of the primary target, written by ``floorgap gaps``: ``results/<target>/gaps/summary.parquet`` (the drafters), or for
+Every item reads a gaps summary of the primary target, written by ``floorgap gaps``:
+``results/<target>/gaps/summary.parquet`` (the drafters), or for
 Table 10 ``trajectory.parquet`` (variants labelled ``<variant>@epoch-<e>``) and for Table 13
 ``components.parquet`` (the one-epoch arms and their contrasts with the baseline). Each item
 writes its figure (``figures/<name>.pdf`` + ``.png``) or table (``paper/tables/<name>.tex`` +
@@ -13,9 +14,6 @@ writes its figure (``figures/<name>.pdf`` + ``.png``) or table (``paper/tables/<
 to their kinds: Tables 5, 6, 12 give them rows and Figs. 4, 7 reference lines, each beside the
 drafters of its order; Table 13 also takes ``baseline`` and ``arms``; figures also take the
 plotting options.
-
-Size: about 640 lines, the gap half's twelve tables and figures, which share one reader
-(:class:`GapSummary`) and the lookup-table sentences; an item is 20-45 lines.
 """
 
 from __future__ import annotations

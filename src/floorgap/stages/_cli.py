@@ -78,27 +78,16 @@ def set_threads(threads: int | None) -> None:
 
 def setup_logging(log_path: str | Path | None = None, *, verbose: bool = False) -> logging.Logger:
     """Log to stderr and, when given, to ``log_path``; return the ``floorgap`` logger."""
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-        handler.close()
-    level = logging.DEBUG if verbose else logging.INFO
-    formatter = logging.Formatter(LOG_FORMAT)
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_path is not None:
-        path = Path(log_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(path, mode="a", encoding="utf-8"))
-    for handler in handlers:
-        handler.setFormatter(formatter)
-        root.addHandler(handler)
-    root.setLevel(logging.WARNING)
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_path, mode="a", encoding="utf-8"))
+    # force: the handlers of an earlier call (tests run stages in one process) are closed
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT, handlers=handlers, force=True)
     logger = logging.getLogger("floorgap")
-    logger.setLevel(level)
+    logger.setLevel(logging.DEBUG if verbose else logging.INFO)
     logging.captureWarnings(True)
     return logger
-
-
 
 
 def run_stage(main: Callable[[argparse.Namespace, logging.Logger], Any],
