@@ -185,8 +185,9 @@ class SpecCore:
         self.checks = {name: dict(entry) for name, entry in (cfg.get("check") or {}).items()}
         self._settings = {t: merge_settings(cfg, cfg["targets"][t].get("settings") or {})
                           for t in self.targets}
-        for merged in self._settings.values():
-            validate_config(merged)  # a target's merged config is a config too
+        for t in self.targets:  # a target's merged config is a config too (without its
+            if cfg["targets"][t].get("settings"):  # own settings, it is the one just validated)
+                validate_config(self._settings[t])
         # a table fitted on a subset of the training blocks (``blocks``) belongs to the budget
         # study, beside the study's drafters trained on the same subset
         self.budget_lookups = [t for t in self.lookups

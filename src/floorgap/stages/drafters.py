@@ -58,6 +58,7 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+from floorgap.config import LOOKUP_KINDS
 from floorgap.errors import StageError
 from floorgap.models.checkpoints import (
     checkpoint_path,
@@ -71,7 +72,6 @@ from floorgap.models.drafter_training import (
     import_variant,
     train_variant,
 )
-from floorgap.models.lookup import LOOKUP_KINDS
 from floorgap.models.training import init_distributed
 from floorgap.records import atomic_path
 from floorgap.stages._cli import stage_parser
