@@ -25,7 +25,7 @@ import copy
 import importlib
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from floorgap import __version__
@@ -149,8 +149,7 @@ def plan(argv: Sequence[str]) -> int:
     from snakemake.utils import update_config
 
     from floorgap.config import resolve
-    from floorgap.resources import GIB, largest_forward_batch, plan as plan_jobs
-    from floorgap.resources import read_model_config
+    from floorgap.resources import GIB, largest_forward_batch, plan as plan_jobs, read_model_config
 
     parser = argparse.ArgumentParser(
         prog="floorgap plan",
@@ -192,8 +191,7 @@ def plan(argv: Sequence[str]) -> int:
             continue
         shape = read_model_config(config_json)
         settings = spec.settings(target)
-        longest = int(settings["corpus"]["max_prompt_tokens"]) + int(
-            settings["corpus"]["max_new_tokens"])
+        longest = sum(int(settings["corpus"][k]) for k in ("max_prompt_tokens", "max_new_tokens"))
         print(f"{target}: longest context {longest} tokens (corpus.max_prompt_tokens + "
               f"max_new_tokens), {shape.parameters / 1e9:.2f}B parameters, GPU {gpu_gb:g} GiB")
         jobs = plan_jobs(settings, target, shape, config_json.parent,
@@ -401,25 +399,28 @@ def decompose(argv: Sequence[str]) -> int:
     the drafter in ``FOLDER`` and print its markdown table. Returns the exit status (2 for a
     bad invocation, Snakemake's status when the workflow fails)."""
     args = decompose_parser().parse_args(list(argv))
+    return _launch("decompose", args, lambda: _plan(args), lambda root, files: [
+        (root / files[-1]).read_text(), f"tables: {', '.join(str(root / f) for f in files)}"])
+
+
+def _launch(command: str, args: argparse.Namespace,
+            plan: Callable[[], tuple[Path, list[str], list[str]]],
+            show: Callable[[Path, list[str]], list[str]]) -> int:
+    """Run a launcher: ``plan()`` (root, Snakemake command, files; a DecomposeError is exit
+    status 2), the command in the root (its exit status, said when not 0), then print the
+    lines ``show(root, files)`` unless it failed or was a dry run."""
     try:
-        root, cmd, files = _plan(args)
+        root, cmd, files = plan()
     except DecomposeError as exc:
-        print(f"floorgap decompose: {exc}", file=sys.stderr)
+        print(f"floorgap {command}: {exc}", file=sys.stderr)
         return EXIT_STAGE_ERROR
-    code = _run_workflow("decompose", root, cmd)
-    if code == 0 and not args.dry_run:
-        print((root / files[-1]).read_text())
-        print(f"tables: {', '.join(str(root / f) for f in files)}")
-    return code
-
-
-def _run_workflow(command: str, root: Path, cmd: list[str]) -> int:
-    """Run a launcher's Snakemake command in ``root``; its exit status, said when not 0."""
     print(f"floorgap {command}: running {' '.join(cmd[1:])} in {root}", file=sys.stderr)
     code = subprocess.run(cmd, cwd=root, check=False).returncode
     if code != 0:
         print(f"floorgap {command}: Snakemake exited with status {code}; see its messages "
               "above and the logs under results/logs/", file=sys.stderr)
+    elif not args.dry_run:
+        print("\n".join(show(root, files)))
     return code
 
 
@@ -509,14 +510,10 @@ def _check_plan(args: argparse.Namespace, argv: Sequence[str]
     references = {n: str(Path(r).expanduser()) for n, r in zip(names, refs) if r != "-"}
     if references:
         overlay["check"][report]["references"] = references
-    if args.serve is not None:
-        overlay["check"][report]["serve"] = args.serve
-    if args.engine is not None:
-        overlay["check"][report]["engine"] = args.engine
-    if args.serve_rows is not None:
-        if args.serve_rows < 1:
-            raise DecomposeError(f"--serve-rows {args.serve_rows}: give at least 1 row per task")
-        overlay["check"][report]["serve_rows"] = args.serve_rows
+    if args.serve_rows is not None and args.serve_rows < 1:
+        raise DecomposeError(f"--serve-rows {args.serve_rows}: give at least 1 row per task")
+    overlay["check"][report].update({k: v for k in ("serve", "engine", "serve_rows")
+                                     if (v := getattr(args, k)) is not None})
     overlay_path = write_overlay(path, overlay)
     files = check_paths(report)
     return root, _snakemake_command(root, base, overlay_path, files, args), files
@@ -555,16 +552,8 @@ def check(argv: Sequence[str]) -> int:
     for the drafters in the folders and print its summary. Returns the exit status (2 for a
     bad invocation, Snakemake's status when the workflow fails)."""
     args = check_parser().parse_args(list(argv))
-    try:
-        root, cmd, files = _check_plan(args, argv)
-    except DecomposeError as exc:
-        print(f"floorgap check: {exc}", file=sys.stderr)
-        return EXIT_STAGE_ERROR
-    code = _run_workflow("check", root, cmd)
-    if code == 0 and not args.dry_run:
-        print((root / files[1]).read_text())
-        print(f"report: {root / files[0]}")
-    return code
+    return _launch("check", args, lambda: _check_plan(args, argv), lambda root, files: [
+        (root / files[1]).read_text(), f"report: {root / files[0]}"])
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ import hashlib
 import json
 import logging
 import os
+import secrets
+import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, is_dataclass
@@ -36,13 +38,49 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         yield tmp_path
         # mkstemp creates 0600 files; give the record the permissions of an ordinary file.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp_path, 0o666 & ~umask)
+        os.chmod(tmp_path, 0o666 & ~_umask())
         os.replace(tmp_path, dest)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a new empty folder beside ``path``; only on success give it (and its files) the
+    permissions of an ordinary mkdir/open (mkdtemp makes 0700) and rename it onto ``path``.
+    An existing ``path`` is moved aside first (a folder cannot be replaced in one rename) and
+    deleted once the new one is in place."""
+    dest = Path(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    try:
+        yield tmp
+        umask = _umask()
+        tmp.chmod(0o777 & ~umask)
+        for child in tmp.iterdir():   # safetensors writes through a private temporary file
+            if child.is_file():
+                child.chmod(0o666 & ~umask)
+        if not dest.exists():
+            os.replace(tmp, dest)
+            return
+        old = dest.with_name(f".{dest.name}.old-{secrets.token_hex(4)}")
+        os.replace(dest, old)
+        try:
+            os.replace(tmp, dest)
+        except OSError:
+            os.replace(old, dest)
+            raise
+        shutil.rmtree(old)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 @dataclass
@@ -192,15 +230,12 @@ class Journal:
         return done
 
     def _rewrite(self, done: Mapping[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
-        with open(tmp, "w") as fh:
+        with atomic_path(self.path) as tmp, open(tmp, "w") as fh:
             fh.write(json.dumps({"fingerprint": self.fingerprint}) + "\n")
             for key, value in done.items():
                 fh.write(self._line(key, value))
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
 
     @staticmethod
     def _line(key: str, value: Any) -> str:

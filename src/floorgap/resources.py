@@ -139,10 +139,9 @@ def _logits(rows: int, vocab: int) -> int:
     return 3 * rows * vocab * 4
 
 
-def probe_jobs(settings: Mapping[str, Any], target: str, shape: ModelShape, weights: int
+def probe_jobs(cfg: Mapping[str, Any], target: str, shape: ModelShape, weights: int
                ) -> dict[str, dict[str, int]]:
-    """Device-resident parts of each probe rule of ``target`` (its merged ``settings``)."""
-    cfg = settings
+    """Device-resident parts of each probe rule of ``target`` (its merged settings ``cfg``)."""
     dtype = cfg["targets"][target]["dtype"]
     b = DTYPE_BYTES[dtype]
     gamma = int(cfg["anchors"]["gamma"])

@@ -53,16 +53,8 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from floorgap.estimators.aggregate import (
-    DEFAULT_BOOT_SEED,
-    cluster_resample,
-    prompt_bootstrap,
-)
-from floorgap.estimators.best_response import (
-    coordinate_sweep,
-    expected_length,
-    single_slot_gain,
-)
+from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED, cluster_resample, prompt_bootstrap
+from floorgap.estimators.best_response import coordinate_sweep, expected_length, single_slot_gain
 from floorgap.estimators.floors import covered_by_grouping
 from floorgap.estimators.serving import serving_summary
 from floorgap.errors import RecordMismatch
@@ -130,7 +122,6 @@ NOTES = {
     "gap_reduction": "(G1_b - G1_a) / G1_b, ratio of population sums",
     "diff_tau": "tau_a - tau_b, paired within anchors",
 }
-
 
 
 @dataclass
@@ -203,7 +194,6 @@ def _variant_records(name: str, paths: pd.DataFrame, slots: pd.DataFrame, gamma:
     M = int(paths["path"].max()) + 1 if len(paths) else 0
     counts = paths.groupby("anchor_id").size()
     complete = sorted(counts.index[counts == M * gamma])
-    incomplete = sorted(set(counts.index) - set(complete))
     slot_ok = slots.drop_duplicates(["anchor_id", "slot"], keep=False)
     sc = slot_ok.groupby("anchor_id").size()
     complete = [a for a in complete if sc.get(a, 0) == gamma]
@@ -220,7 +210,8 @@ def _variant_records(name: str, paths: pd.DataFrame, slots: pd.DataFrame, gamma:
         return torch.tensor(s[col].to_numpy(float), dtype=torch.float64).reshape(A, gamma)
 
     tokens = arr("token", torch.long)
-    committed = arr("committed_token", torch.long)[:, 0, 0] if A else torch.zeros(0, dtype=torch.long)
+    committed = (arr("committed_token", torch.long)[:, 0, 0] if A
+                 else torch.zeros(0, dtype=torch.long))
     return VariantRecords(
         name=name, order=order, anchor_ids=complete, committed=committed, tokens=tokens,
         p_tok=arr("p_tok"), q_tok=arr("q_tok"), tv=arr("tv"), accept=arr("accept"),
@@ -320,8 +311,7 @@ class _Scope:
     def __init__(self, name: str, ids: list[str], anchors: pd.DataFrame, n_boot: int, seed: int,
                  level: float):
         info = anchors.set_index("anchor_id").loc[ids]
-        self.name = name
-        self.ids = ids
+        self.name, self.ids = name, ids
         self.clusters = info["prompt_id"].astype(str).tolist()
         self.pi = torch.tensor(info["pi"].to_numpy(float), dtype=torch.float64)
         self.n_boot, self.seed, self.level = n_boot, seed, level
@@ -334,28 +324,22 @@ class _Scope:
         if valid is None:
             valid = num.isfinite() & den.isfinite()
         v = valid.to(num.dtype)
-        n = torch.nan_to_num(num) * v
-        d = torch.nan_to_num(den) * v
-        res = prompt_bootstrap(n, self.clusters, self.pi, den=d, level=self.level, resample=self.rs)
+        res = prompt_bootstrap(torch.nan_to_num(num) * v, self.clusters, self.pi,
+                               den=torch.nan_to_num(den) * v, level=self.level, resample=self.rs)
         return res.estimate, res.lower, res.upper, valid.sum(0)
 
 
 def _emit(rows: list[dict], stat: str, variant: str, domain: str, est, lo, hi, n,
           slots: Sequence[int] | None = None, note: str | None = None) -> None:
-    def f(x, k=None):
-        t = torch.as_tensor(x, dtype=torch.float64)
-        return float(t.reshape(-1)[k] if k is not None else t.reshape(-1)[0])
-
+    """One row per slot in ``slots`` (entry k of each value), or one row of slot -1 (the first
+    entry) when ``slots`` is None."""
     text = NOTES.get(stat, "") if note is None else note
-    if slots is None:
-        rows.append({"statistic": stat, "variant": variant, "domain": domain, "slot": -1,
-                         "estimate": f(est), "lower": f(lo), "upper": f(hi), "n_anchors": int(f(n)),
-                         "note": text})
-        return
-    for k in slots:
-        rows.append({"statistic": stat, "variant": variant, "domain": domain, "slot": int(k),
-                         "estimate": f(est, k), "lower": f(lo, k), "upper": f(hi, k),
-                         "n_anchors": int(f(n, k)), "note": text})
+    flat = [torch.as_tensor(x, dtype=torch.float64).reshape(-1) for x in (est, lo, hi, n)]
+    for k in [None] if slots is None else slots:
+        e, lo_k, hi_k, n_k = (float(t[0 if k is None else k]) for t in flat)
+        rows.append({"statistic": stat, "variant": variant, "domain": domain,
+                     "slot": -1 if k is None else int(k), "estimate": e, "lower": lo_k,
+                     "upper": hi_k, "n_anchors": int(n_k), "note": text})
 
 
 def _floor_matrix(frame: pd.DataFrame, ids: list[str], gamma: int) -> Tensor:
@@ -404,15 +388,13 @@ def _order1_rows(rows: list[dict], v: VariantRecords, rec: GapRecords, s: _Scope
 
 def _variant_block(rows: list[dict], v: VariantRecords, rec: GapRecords, s: _Scope,
                    idx: Tensor, sweeps: bool) -> None:
-    g = rec.gamma
-    slots = range(g)
-    t0 = _floor_matrix(rec.t0, s.ids, g)
+    t0 = _floor_matrix(rec.t0, s.ids, rec.gamma)
     risk = v.risk[idx]
-    dom = s.name
-    emit = lambda stat, r, sl=slots: _emit(rows, stat, v.name, dom, *r, slots=sl)
-    _emit(rows, "n_anchors", v.name, dom, len(s.ids), math.nan, math.nan, len(s.ids))
-    _emit(rows, "n_prompts", v.name, dom, len(set(s.clusters)), math.nan, math.nan, len(s.ids))
-    _emit(rows, "order", v.name, dom, v.order, math.nan, math.nan, len(s.ids))
+    n = len(s.ids)
+    emit = lambda stat, r: _emit(rows, stat, v.name, s.name, *r, slots=range(rec.gamma))
+    one = lambda stat, r: _emit(rows, stat, v.name, s.name, *r)  # a scalar, slot -1
+    for stat, value in (("n_anchors", n), ("n_prompts", len(set(s.clusters))), ("order", v.order)):
+        one(stat, (value, math.nan, math.nan, n))
     ok0 = t0.isfinite()
     emit("T0", s.ratio(t0, valid=ok0))
     if v.order == 0:
@@ -421,32 +403,32 @@ def _variant_block(rows: list[dict], v: VariantRecords, rec: GapRecords, s: _Sco
         emit("G0_share", s.ratio(risk - t0, risk, valid=ok0))
     else:
         _order1_rows(rows, v, rec, s, idx)
-    a, tv = v.accept[idx], v.tv[idx]
-    n = len(s.ids)
-    summ = serving_summary(a, tv, s.clusters, s.pi, n_boot=s.n_boot, seed=s.seed, level=s.level)
+    summ = serving_summary(v.accept[idx], v.tv[idx], s.clusters, s.pi, n_boot=s.n_boot,
+                           seed=s.seed, level=s.level)
     for stat, res in (("R_free", summ.free_risk), ("R_serve", summ.serve_risk),
                       ("R_serve_minus_free", summ.serve_minus_free), ("S", summ.joint_survival),
                       ("marginal", summ.marginal_acceptance), ("D", summ.dependence)):
         emit(stat, _boot(res, n))
     for stat, res in (("tau", summ.tau), ("tau_independent", summ.tau_independent),
                       ("tau_gap", summ.tau_gap)):
-        _emit(rows, stat, v.name, dom, *_boot(res, n))
-    prev = v.committed[idx]
-    br = single_slot_gain(v.p_tok[idx], v.q_tok[idx], v.tokens[idx], prev, order=v.order)
+        one(stat, _boot(res, n))
+    tok = (v.p_tok[idx], v.q_tok[idx], v.tokens[idx], v.committed[idx])
+    br = single_slot_gain(*tok, order=v.order)
     emit("dtau_br", s.ratio(br.cross_fitted))
     emit("dtau_br_in_sample", s.ratio(br.in_sample))
     emit("dtau_br_optimism", s.ratio(br.optimism))
-    _emit(rows, "tau_base", v.name, dom, *s.ratio(br.tau_base.unsqueeze(-1)))
+    one("tau_base", s.ratio(br.tau_base.unsqueeze(-1)))
     if sweeps:
-        sw = coordinate_sweep(v.p_tok[idx], v.q_tok[idx], v.tokens[idx], prev, order=v.order)
-        for stat, x in (("sweep_forward", sw.forward), ("sweep_backward", sw.backward),
-                        ("sweep_isolated_sum", sw.isolated_sum),
-                        ("sweep_forward_minus_isolated", sw.forward - sw.isolated_sum),
-                        ("sweep_backward_minus_isolated", sw.backward - sw.isolated_sum)):
-            _emit(rows, stat, v.name, dom, *s.ratio(x.unsqueeze(-1)))
-        iso = sw.isolated_sum.unsqueeze(-1)
-        _emit(rows, "sweep_forward_ratio", v.name, dom, *s.ratio(sw.forward.unsqueeze(-1), iso))
-        _emit(rows, "sweep_backward_ratio", v.name, dom, *s.ratio(sw.backward.unsqueeze(-1), iso))
+        sw = coordinate_sweep(*tok, order=v.order)
+        iso = sw.isolated_sum
+        for stat, x, den in (("sweep_forward", sw.forward, None),
+                             ("sweep_backward", sw.backward, None),
+                             ("sweep_isolated_sum", iso, None),
+                             ("sweep_forward_minus_isolated", sw.forward - iso, None),
+                             ("sweep_backward_minus_isolated", sw.backward - iso, None),
+                             ("sweep_forward_ratio", sw.forward, iso),
+                             ("sweep_backward_ratio", sw.backward, iso)):
+            one(stat, s.ratio(x.unsqueeze(-1), None if den is None else den.unsqueeze(-1)))
 
 
 def _contrast_block(rows: list[dict], va: VariantRecords, vb: VariantRecords, rec: GapRecords,
@@ -462,9 +444,8 @@ def _contrast_block(rows: list[dict], va: VariantRecords, vb: VariantRecords, re
           note=note)
     if va.order == 0 and vb.order == 0:
         # both proposals are functions of X: R_k itself pairs up path by path
-        t0 = _floor_matrix(rec.t0, s.ids, g)
-        _emit(rows, "diff_R", name, s.name, *s.ratio(va.risk[ia] - vb.risk[ib],
-                                                     valid=t0.isfinite()),
+        valid = _floor_matrix(rec.t0, s.ids, g).isfinite()
+        _emit(rows, "diff_R", name, s.name, *s.ratio(va.risk[ia] - vb.risk[ib], valid=valid),
               slots=range(g), note=note)
     if va.order != 1 or vb.order != 1:
         return  # the oracle, self and exposure contrasts are of order-1 drafters
@@ -512,8 +493,8 @@ def summarise(rec: GapRecords, *, n_boot: int, level: float, seed: int = DEFAULT
         for scope in ["all", *domains]:
             ids = [a for a in common if scope == "all" or dom_of[a] == scope]
             if ids:
-                _contrast_block(rows, va, vb, rec, _Scope(scope, ids, rec.anchors, n_boot, seed,
-                                                          level))
+                s = _Scope(scope, ids, rec.anchors, n_boot, seed, level)
+                _contrast_block(rows, va, vb, rec, s)
     out = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     out["estimate"] = out["estimate"].astype(float)
     return out
@@ -529,8 +510,8 @@ def per_anchor_floor_check(rec: GapRecords, tol: float = 1e-6) -> pd.DataFrame:
             continue
         t1 = _floor_matrix(rec.t1_split, v.anchor_ids, rec.gamma)
         ro = v.covered_mean(v.tv, torch.arange(len(v.anchor_ids)))
-        bad = (ro < t1 - tol).nonzero().tolist()
-        for i, k in bad:
-            out.append({"variant": v.name, "anchor_id": v.anchor_ids[i], "slot": k,
-                        "risk_oracle": float(ro[i, k]), "t1": float(t1[i, k])})
+        out += [{"variant": v.name, "anchor_id": v.anchor_ids[i], "slot": k,
+                 "risk_oracle": float(ro[i, k]), "t1": float(t1[i, k])}
+                for i, k in (ro < t1 - tol).nonzero().tolist()]
+
     return pd.DataFrame(out, columns=["variant", "anchor_id", "slot", "risk_oracle", "t1"])

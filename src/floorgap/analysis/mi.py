@@ -23,13 +23,8 @@ import pandas as pd
 import torch
 
 from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED
-from floorgap.estimators.mi import (
-    RecoveryBootstrap,
-    RecoveryEstimate,
-    ess_gate_sensitivity,
-    recovery_bootstrap,
-    recovery_fraction,
-)
+from floorgap.estimators.mi import (RecoveryBootstrap, RecoveryEstimate, ess_gate_sensitivity,
+                                    recovery_bootstrap, recovery_fraction)
 from floorgap.records import read_metadata, read_table
 
 #: Run settings every MI record file of one table must share.
@@ -82,11 +77,9 @@ class MILocality:
 
 def load_records(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Concatenate MI record files; check that they were measured with one configuration."""
-    frames, metas = [], []
-    for p in paths:
-        frames.append(read_table(p))
-        metas.append(read_metadata(p))
+    frames, metas = [read_table(p) for p in paths], [read_metadata(p) for p in paths]
     if not frames:
+
         raise ValueError("no MI record files given")
     first = {k: metas[0].get(k) for k in CONFIG_KEYS}
     for p, meta in zip(paths, metas):

@@ -41,19 +41,10 @@ import pandas as pd
 import torch
 
 from floorgap.errors import StageError
-from floorgap.estimators.served import (
-    ServedEstimate,
-    acceptance_test,
-    accepted_length_by_task,
-    group_cells,
-    lossless_z,
-    round_accepted_length,
-    run_time_shares,
-    served_macro,
-    slot_acceptance_tests,
-    speedup_by_task,
-    task_row_counts,
-)
+from floorgap.estimators.served import (ServedEstimate, acceptance_test, accepted_length_by_task,
+                                        group_cells, lossless_z, round_accepted_length,
+                                        run_time_shares, served_macro, slot_acceptance_tests,
+                                        speedup_by_task, task_row_counts)
 from floorgap.records import read_table
 
 AR = "ar"

@@ -4,6 +4,8 @@ bootstrap, on seeded Dirichlet draws."""
 from __future__ import annotations
 
 import argparse
+import statistics
+import time
 
 import numpy as np
 import torch
@@ -18,7 +20,6 @@ def _dirichlet(M: int, V: int, alpha: float, seed: int, dtype: torch.dtype,
     rng = np.random.default_rng(seed)
     x = torch.as_tensor(rng.dirichlet(np.full(V, alpha), size=M))
     return (x / x.sum(-1, keepdim=True)).to(dtype=dtype, device=device)
-
 
 
 def bench_barycentre_vs_lp(args: argparse.Namespace, device: torch.device) -> list[Row]:
@@ -42,7 +43,6 @@ def bench_barycentre_vs_lp(args: argparse.Namespace, device: torch.device) -> li
     return rows
 
 
-
 def bench_barycentre_vs_sort(args: argparse.Namespace, device: torch.device) -> list[Row]:
     """Exact barycentre vs one torch.sort(P, dim=0) at M=256, V=49152 (float32)."""
     M, V = 256, 49152
@@ -57,7 +57,6 @@ def bench_barycentre_vs_sort(args: argparse.Namespace, device: torch.device) -> 
     return [Row("torch.sort(P, dim=0) time", ts * 1e3, "ms", note),
             Row("barycentre time (M=256,V=49152)", tb * 1e3, "ms", note),
             Row("barycentre / sort", tb / ts, "x", "goal <= 2")]
-
 
 
 def bench_bootstrap(args: argparse.Namespace, device: torch.device) -> list[Row]:
@@ -75,7 +74,6 @@ def bench_bootstrap(args: argparse.Namespace, device: torch.device) -> list[Row]
         return [Row("prompt bootstrap (384x7, B=1e4)", None, "ms", f"unavailable: {exc}")]
     return [Row("prompt bootstrap (384x7, B=1e4)", t * 1e3, "ms",
                 f"{n_prompts} prompts, Hajek weights")]
-
 
 
 def run_estimators(args: argparse.Namespace) -> list[Row]:

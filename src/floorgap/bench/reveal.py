@@ -4,10 +4,13 @@ against the revealed paths J."""
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from floorgap.analysis.reveal import reveal_stats
@@ -35,7 +38,6 @@ def reveal_floors(block: Any) -> tuple[torch.Tensor, torch.Tensor]:
         values[k] = rw.value.double().cpu()
         ess[k] = rw.ess.double().cpu()
     return values, ess
-
 
 
 def _reveal_rows(J: int, st: dict[str, Any], ref: tuple[int, dict[str, Any]], *, last: int,
@@ -68,7 +70,6 @@ def _reveal_rows(J: int, st: dict[str, Any], ref: tuple[int, dict[str, Any]], *,
     return rows
 
 
-
 def reveal_summary(floors: torch.Tensor, pi: torch.Tensor, prompts: list[str],
                    grid: list[int], *, n_boot: int, seed: int | None = None,
                    level: float = 0.95) -> list[Row]:
@@ -88,7 +89,6 @@ def reveal_summary(floors: torch.Tensor, pi: torch.Tensor, prompts: list[str],
         rows += _reveal_rows(J, stats[J], (first, stats[first]), last=gamma - 1,
                              n_anchors=n, n_boot=n_boot, n_prompts=n_clusters, level=level)
     return rows
-
 
 
 def _reveal_anchors(args: argparse.Namespace) -> tuple[list[Any], list[list[int]], list[str],
@@ -116,15 +116,12 @@ def _reveal_anchors(args: argparse.Namespace) -> tuple[list[Any], list[list[int]
     return anchor_rows, contexts, domains, gamma
 
 
-
 def _save_reveal_floors(path: str, floors: torch.Tensor, ess: torch.Tensor, pi: torch.Tensor,
                         prompts: list[str], anchor_ids: list[str], seconds: list[float]) -> None:
-
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         np.savez(fh, floors=floors.numpy(), ess=ess.numpy(), pi=pi.numpy(),
                  prompts=np.array(prompts), anchor_ids=np.array(anchor_ids),
                  seconds=np.array(seconds))
-
 
 
 def run_reveal(args: argparse.Namespace) -> list[Row]:

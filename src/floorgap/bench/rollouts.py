@@ -4,6 +4,10 @@ or at a paper target's published shape, shared prefix against copied prefix."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +37,6 @@ def _bench_prompt(tokenizer: Any, target_tokens: int) -> list[int]:
     return best
 
 
-
 class ForwardCounter:
     """Counts the forwards of ``model`` and the prefix copies of the rollout probe's caches
     (rows of a copied prefix; 1 for a shared one) while active."""
@@ -59,7 +62,6 @@ class ForwardCounter:
         self._hook.remove()
 
 
-
 def _shape_model(name: str, layers: int | None, dtype: str, device: torch.device) -> Any:
     """A random-weight model of the published config ``name`` (``--shape``), ``layers`` deep
     when given (the widths kept: the count of forwards does not depend on depth)."""
@@ -80,7 +82,6 @@ def _shape_model(name: str, layers: int | None, dtype: str, device: torch.device
 
 
 BASELINE = "copied prefix (today's probe)"
-
 
 
 def _shape_rollouts(args: argparse.Namespace) -> list[Row]:
@@ -141,7 +142,6 @@ def _shape_rollouts(args: argparse.Namespace) -> list[Row]:
     rows.append(Row("shared over copied prefix", times[BASELINE] / times["shared prefix"], "x",
                     "same run"))
     return rows
-
 
 
 def run_rollouts(args: argparse.Namespace) -> list[Row]:

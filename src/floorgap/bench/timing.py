@@ -22,11 +22,9 @@ class Row:
     note: str = ""
 
 
-
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
 
 
 def median_time(fn: Callable[[], Any], repeats: int, device: torch.device,
@@ -42,7 +40,6 @@ def median_time(fn: Callable[[], Any], repeats: int, device: torch.device,
         sync(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
-
 
 
 def format_table(rows: list[Row]) -> str:

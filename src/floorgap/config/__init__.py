@@ -22,40 +22,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from floorgap.config.base import (
-    COMPONENTS_SEED_KEY,
-    NAME_PATTERN,
-    ROLES,
-    ROLES_JOB,
-    SUMMARIES,
-    TARGET_SCOPES,
-    ConfigError,
-    Evaluation,
-    as_json,
-    check_names,
-    check_targets,
-    drafter_epochs,
-    is_checkpoint,
-    merge_settings,
-    validate_config,
-    variant_kind,
+    COMPONENTS_SEED_KEY, NAME_PATTERN, ROLES, ROLES_JOB, SUMMARIES, TARGET_SCOPES, ConfigError,
+    Evaluation, as_json, check_names, check_targets, drafter_epochs, is_checkpoint,
+    merge_settings, validate_config, variant_kind,
 )
 from floorgap.config.checks import (
-    CHECK_FILES,
-    check_checks,
-    check_paths,
-    decompose_overlay,
-    decomposition_paths,
-    write_overlay,
+    CHECK_FILES, check_checks, check_paths, decompose_overlay, decomposition_paths, write_overlay,
 )
 from floorgap.config.drafters import check_drafters
 from floorgap.config.kinds import (
-    DRAFTER_KINDS,
-    ENGINE_KINDS,
-    KIND_ORDER,
-    KINDS,
-    LOOKUP_KINDS,
-    SERVED_FORMATS,
-    ProposalKind,
+    DRAFTER_KINDS, ENGINE_KINDS, KIND_ORDER, KINDS, LOOKUP_KINDS, SERVED_FORMATS, ProposalKind,
 )
 from floorgap.config.probes import ProbeSpecs
 from floorgap.config.reports import REPORT_SUMMARIES, ReportSpecs, ReportSummary

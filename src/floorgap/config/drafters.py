@@ -130,14 +130,12 @@ def check_drafters(spec: DrafterSpecs) -> None:
     if baseline not in spec.arms:
         raise ConfigError(f"drafters.components.baseline {baseline!r} is not one of the arms "
                           f"({', '.join(spec.arms)})")
-    unknown = sorted(set(spec.budget_variants) - set(spec.variants))
-    if unknown:
-        raise ConfigError(f"drafters.budget.variants names {unknown}, which are not "
-                          "drafters.variants; list variant names")
-    unknown = sorted(set(spec.trajectory) - set(spec.variants))
-    if unknown:
-        raise ConfigError(f"drafters.trajectory names {unknown}, which are not "
-                          "drafters.variants; list variant names")
+    for section, names in (("budget.variants", spec.budget_variants),
+                           ("trajectory", spec.trajectory)):
+        unknown = sorted(set(names) - set(spec.variants))
+        if unknown:
+            raise ConfigError(f"drafters.{section} names {unknown}, which are not "
+                              "drafters.variants; list variant names")
     check_checkpoints(spec)
     for target in spec.targets:
         settings = spec.settings(target)

@@ -44,8 +44,7 @@ log = logging.getLogger("floorgap.anchors")
 THIRDS = ("early", "middle", "late")
 
 
-def eligible_positions(response: Sequence[int], gamma: int,
-                       special_ids: Iterable[int]) -> range:
+def eligible_positions(response: Sequence[int], gamma: int, special_ids: Iterable[int]) -> range:
     """Positions ``t`` of ``response`` that may carry an anchor with block length ``gamma``."""
     if gamma < 1:
         raise ValueError("gamma must be >= 1")
@@ -56,12 +55,8 @@ def eligible_positions(response: Sequence[int], gamma: int,
 
 def bucket_labels(edges: Sequence[int]) -> list[str]:
     """Labels of the context-length buckets for increasing upper ``edges``."""
-    labels, lo = [], 1
-    for hi in edges:
-        labels.append(f"{lo}-{hi}")
-        lo = hi + 1
-    labels.append(f"{lo}+")
-    return labels
+    lows = [1, *(hi + 1 for hi in edges)]
+    return [f"{lo}-{hi}" for lo, hi in zip(lows, edges)] + [f"{lows[-1]}+"]
 
 
 def bucket_index(context_len: int, edges: Sequence[int]) -> int:
@@ -70,12 +65,9 @@ def bucket_index(context_len: int, edges: Sequence[int]) -> int:
 
 
 def third_of(t: int, n: int) -> str:
-    """Relative position of ``t`` in a response of ``n`` tokens: early, middle or late."""
-    if 3 * t < n:
-        return "early"
-    if 3 * t < 2 * n:
-        return "middle"
-    return "late"
+    """Relative position of ``t`` in a response of ``n`` tokens: early (3t < n), middle
+    (3t < 2n) or late."""
+    return THIRDS[min(3 * t // n, 2)]
 
 
 def allocate(sizes: Mapping[str, int], total: int) -> dict[str, int]:
@@ -108,24 +100,12 @@ def optional_str(value: Any) -> str | None:
 
 
 ANCHOR_SCHEMA = pa.schema([
-    ("anchor_id", pa.string()),
-    ("prompt_id", pa.string()),
-    ("domain", pa.string()),
-    ("stand_in_for", pa.string()),
-    ("t", pa.int32()),
-    ("n_prompt_tokens", pa.int32()),
-    ("n_response_tokens", pa.int32()),
-    ("context_len", pa.int32()),
-    ("bucket", pa.string()),
-    ("third", pa.string()),
-    ("stratum", pa.string()),
-    ("N_s", pa.int64()),
-    ("n_s", pa.int64()),
-    ("pi", pa.float64()),
-    ("anchor_seed", pa.int64()),
-    ("committed_token", pa.int32()),
-    ("block_tokens", pa.list_(pa.int32())),
-    ("response_censored", pa.bool_()),
+    ("anchor_id", pa.string()), ("prompt_id", pa.string()), ("domain", pa.string()),
+    ("stand_in_for", pa.string()), ("t", pa.int32()), ("n_prompt_tokens", pa.int32()),
+    ("n_response_tokens", pa.int32()), ("context_len", pa.int32()), ("bucket", pa.string()),
+    ("third", pa.string()), ("stratum", pa.string()), ("N_s", pa.int64()), ("n_s", pa.int64()),
+    ("pi", pa.float64()), ("anchor_seed", pa.int64()), ("committed_token", pa.int32()),
+    ("block_tokens", pa.list_(pa.int32())), ("response_censored", pa.bool_()),
 ])
 
 
@@ -152,10 +132,8 @@ def _eligible_candidates(corpus: pd.DataFrame, *, gamma: int, edges: Sequence[in
         positions = eligible_positions(response, gamma, special)
         n_with_eligible += len(positions) > 0
         for t in positions:
-            ctx = int(row.n_prompt_tokens) + t
-            b = bucket_index(ctx, edges)
-            key = f"{labels[b]}|{third_of(t, n)}"
-            candidates.setdefault(key, []).append((row.prompt_id, t))
+            bucket = labels[bucket_index(int(row.n_prompt_tokens) + t, edges)]
+            candidates.setdefault(f"{bucket}|{third_of(t, n)}", []).append((row.prompt_id, t))
     return _Candidates(candidates, rows_by_prompt, n_with_eligible)
 
 
@@ -221,20 +199,13 @@ def sample_anchors(corpus: pd.DataFrame, *, domain: str, per_domain: int, gamma:
     alloc = allocate(sizes, per_domain)
     shortfall, empty_sampled = _log_allocation_warnings(domain, total=total, per_domain=per_domain,
                                                         strata=strata, alloc=alloc)
-    out = []
-    for s in strata:
-        if alloc.get(s, 0):
-            out.extend(_draw_stratum(cands, s, alloc[s], seed=seed, domain=domain, gamma=gamma))
+    out = [row for s in strata if alloc.get(s, 0)
+           for row in _draw_stratum(cands, s, alloc[s], seed=seed, domain=domain, gamma=gamma)]
     out.sort(key=lambda a: (a["prompt_id"], a["t"]))
     table = pa.Table.from_pylist(out, schema=ANCHOR_SCHEMA)
     metadata = {
-        "stage": "anchors",
-        "domain": domain,
-        "gamma": gamma,
-        "per_domain": per_domain,
-        "context_buckets": edges,
-        "bucket_labels": labels,
-        "seed": seed,
+        "stage": "anchors", "domain": domain, "gamma": gamma, "per_domain": per_domain,
+        "context_buckets": edges, "bucket_labels": labels, "seed": seed,
         "special_token_ids": sorted(special),
         "strata": [{"stratum": s, "N_s": sizes[s], "n_s": alloc.get(s, 0),
                     "pi": alloc.get(s, 0) / sizes[s]} for s in strata],
@@ -265,10 +236,7 @@ def anchors_from_corpus_file(corpus_path: Path, spec: dict[str, Any]) -> TableRe
     meta = result.metadata | {
         "corpus": {"path": str(corpus_path), "sha256": sha256_file(corpus_path),
                    "counts": corpus_meta.get("counts")},
-        "stand_in_for": corpus_meta.get("stand_in_for"),
-        "provenance": corpus_meta.get("provenance"),
-        "target": corpus_meta.get("target"),
-        "law": corpus_meta.get("law"),
+        **{k: corpus_meta.get(k) for k in ("stand_in_for", "provenance", "target", "law")},
     }
     return TableRecord(result.table, meta)
 

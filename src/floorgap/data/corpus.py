@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 import torch
 
-from floorgap.data.domains import Prompt, load_domain, select_prompts
+from floorgap.data.domains import DomainPrompts, Prompt, Selection, load_domain, select_prompts
 from floorgap.errors import StageError
 from floorgap.models.sampled_decode import left_padded
 from floorgap.models.targets import chat_prompt_ids, eos_token_ids, special_token_ids
@@ -94,7 +94,6 @@ def generate_batch(model: Any, prompt_ids: Sequence[Sequence[int]], seeds: Seque
                    pad_id: int) -> list[Response]:
     """Sample one response per prompt (left-padded batch, KV cache, per-row generators)."""
     device = next(model.parameters()).device
-
     ids, mask, _ = left_padded(prompt_ids, pad_id)
     width = ids.shape[1]
     sampler = PerRowLawSampler(law, [generator_for(s) for s in seeds])
@@ -125,20 +124,12 @@ def generate_batch(model: Any, prompt_ids: Sequence[Sequence[int]], seeds: Seque
 
 
 CORPUS_SCHEMA = pa.schema([
-    ("prompt_id", pa.string()),
-    ("domain", pa.string()),
-    ("stand_in_for", pa.string()),
-    ("selection_rank", pa.int32()),
-    ("source_id", pa.string()),
-    ("category", pa.string()),
-    ("prompt_text", pa.string()),
-    ("prompt_seed", pa.int64()),
-    ("prompt_token_ids", pa.list_(pa.int32())),
-    ("response_token_ids", pa.list_(pa.int32())),
-    ("n_prompt_tokens", pa.int32()),
-    ("n_response_tokens", pa.int32()),
-    ("censored", pa.bool_()),
-    ("response_text", pa.string()),
+    ("prompt_id", pa.string()), ("domain", pa.string()), ("stand_in_for", pa.string()),
+    ("selection_rank", pa.int32()), ("source_id", pa.string()), ("category", pa.string()),
+    ("prompt_text", pa.string()), ("prompt_seed", pa.int64()),
+    ("prompt_token_ids", pa.list_(pa.int32())), ("response_token_ids", pa.list_(pa.int32())),
+    ("n_prompt_tokens", pa.int32()), ("n_response_tokens", pa.int32()),
+    ("censored", pa.bool_()), ("response_text", pa.string()),
 ])
 
 
@@ -154,25 +145,33 @@ class _Selection:
         return self.selection.selected
 
 
+def select_formatted(domain: DomainPrompts, n: int, seed: int, tokenizer: Any, *,
+                     chat_template: bool, enable_thinking: bool, **options: Any
+                     ) -> tuple[Selection, dict[str, list[int]]]:
+    """:func:`~floorgap.data.domains.select_prompts` (``options``: its keywords) filtering on
+    the target-formatted length: each prompt examined is formatted on the way. Returns the
+    selection and prompt id -> formatted token ids."""
+    formatted: dict[str, list[int]] = {}
+
+    def count_tokens(p: Prompt) -> int:
+        formatted[p.prompt_id] = chat_prompt_ids(tokenizer, p.text, chat_template=chat_template,
+                                                 enable_thinking=enable_thinking)
+        return len(formatted[p.prompt_id])
+
+    return select_prompts(domain.prompts, n, seed, count_tokens=count_tokens, **options), formatted
+
+
 def _select_domain_prompts(spec: dict[str, Any], tokenizer: Any) -> _Selection:
     """Load the domain and select its prompts, formatting each one on the way (the selection
     filters on the formatted length)."""
     target, dom, cfg = spec["target"], spec["domain"], spec["corpus"]
     seed = int(spec["seed"])
-    use_template = bool(target["chat_template"])
-    thinking = bool(target["enable_thinking"])
     domain = load_domain(dom["name"], seed, source=dom.get("source"),
                          text_field=dom.get("text_field"))
-    formatted: dict[str, list[int]] = {}
-
-    def count_tokens(p: Prompt) -> int:
-        formatted[p.prompt_id] = chat_prompt_ids(tokenizer, p.text, chat_template=use_template,
-                                                 enable_thinking=thinking)
-        return len(formatted[p.prompt_id])
-
-    selection = select_prompts(domain.prompts, int(dom["prompts"]), seed,
-                               count_tokens=count_tokens,
-                               max_prompt_tokens=int(cfg["max_prompt_tokens"]))
+    selection, formatted = select_formatted(
+        domain, int(dom["prompts"]), seed, tokenizer, chat_template=bool(target["chat_template"]),
+        enable_thinking=bool(target["enable_thinking"]),
+        max_prompt_tokens=int(cfg["max_prompt_tokens"]))
     log.info("%s: selected %d of %d prompts (%d over %d tokens skipped)", domain.domain,
              len(selection.selected), len(domain.prompts), len(selection.filtered_long),
              cfg["max_prompt_tokens"])
@@ -180,8 +179,7 @@ def _select_domain_prompts(spec: dict[str, Any], tokenizer: Any) -> _Selection:
 
 
 def _generate_responses(model: Any, chosen: _Selection, *, law: SamplingLaw, max_new: int,
-                        batch_size: int, eos_ids: list[int],
-                        pad_id: int) -> dict[int, Response]:
+                        batch_size: int, eos_ids: list[int], pad_id: int) -> dict[int, Response]:
     """One response per selected prompt, keyed by selection rank."""
     prompts, formatted, name = chosen.prompts, chosen.formatted, chosen.domain.domain
     # Batch prompts of similar length together (less padding); results do not depend on it.
@@ -229,19 +227,20 @@ def _censoring_counts(chosen: _Selection, responses: dict[int, Response],
 def _corpus_table(chosen: _Selection, responses: dict[int, Response], tokenizer: Any) -> pa.Table:
     """The corpus rows, in selection order."""
     rows = []
-    formatted = chosen.formatted
     for rank, p in enumerate(chosen.prompts):
-        r = responses[rank]
+        r, ids = responses[rank], chosen.formatted[p.prompt_id]
         rows.append({
             "prompt_id": p.prompt_id, "domain": p.domain, "stand_in_for": p.stand_in_for,
             "selection_rank": rank, "source_id": p.source_id, "category": p.category,
-            "prompt_text": p.text, "prompt_seed": p.seed,
-            "prompt_token_ids": formatted[p.prompt_id], "response_token_ids": r.token_ids,
-            "n_prompt_tokens": len(formatted[p.prompt_id]), "n_response_tokens": len(r.token_ids),
-            "censored": r.censored,
-            "response_text": tokenizer.decode(r.token_ids, skip_special_tokens=False),
-        })
+            "prompt_text": p.text, "prompt_seed": p.seed, "prompt_token_ids": ids,
+            "response_token_ids": r.token_ids, "n_prompt_tokens": len(ids),
+            "n_response_tokens": len(r.token_ids), "censored": r.censored,
+            "response_text": tokenizer.decode(r.token_ids, skip_special_tokens=False)})
     return pa.Table.from_pylist(rows, schema=CORPUS_SCHEMA)
+
+
+#: The facts of a materialised target (its model_info.json) a record's metadata repeats.
+MODEL_INFO_KEYS = ("source_kind", "source", "architecture", "parameters", "vocab_size", "dtype")
 
 
 def _corpus_metadata(spec: dict[str, Any], domain: Any, law: SamplingLaw, tokenizer: Any,
@@ -250,24 +249,17 @@ def _corpus_metadata(spec: dict[str, Any], domain: Any, law: SamplingLaw, tokeni
     """The corpus record's metadata (target, law, special tokens, counts)."""
     target = spec["target"]
     return {
-        "stage": "corpus",
-        "domain": domain.domain,
-        "stand_in_for": domain.stand_in_for,
+        "stage": "corpus", "domain": domain.domain, "stand_in_for": domain.stand_in_for,
         "provenance": domain.provenance,
         "target": {"name": target.get("name"), "dtype": target.get("dtype"),
                    "device": target.get("device"),
                    "chat_template": bool(target["chat_template"]),
                    "enable_thinking": bool(target["enable_thinking"]),
-                   "model": {k: info.get(k) for k in ("source_kind", "source", "architecture",
-                                                      "parameters", "vocab_size", "dtype")}},
-        "law": asdict(law),
-        "corpus": dict(spec["corpus"]),
-        "seed": int(spec["seed"]),
+                   "model": {k: info.get(k) for k in MODEL_INFO_KEYS}},
+        "law": asdict(law), "corpus": dict(spec["corpus"]), "seed": int(spec["seed"]),
         "special_token_ids": special_token_ids(tokenizer),
         "all_special_ids": sorted(int(i) for i in tokenizer.all_special_ids),
-        "eos_token_ids": eos_ids,
-        "pad_token_id": pad_id,
-        "eos_in_response": True,
+        "eos_token_ids": eos_ids, "pad_token_id": pad_id, "eos_in_response": True,
         "counts": counts,
     }
 

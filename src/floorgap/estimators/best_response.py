@@ -25,7 +25,7 @@ keeping the same fit/held-out split.
 
 Per-path inputs are (A, M, gamma) (anchors, paths, slots); a 2-D (M, gamma) input is one anchor.
 
-Size: about 600 lines, the water-filling best response and the three estimators built on it
+Size: about 500 lines, the water-filling best response and the three estimators built on it
 (slot decomposition, single-slot gains, coordinate sweeps), which share its segmented sums.
 """
 
@@ -139,14 +139,8 @@ class WaterFill:
         return x + self.leftover[cell] * q_base.reshape(-1)
 
 
-def water_fill(
-    cell: Tensor,
-    token: Tensor,
-    p: Tensor,
-    c: Tensor,
-    n_cells: int | None = None,
-    token_span: int | None = None,
-) -> WaterFill:
+def water_fill(cell: Tensor, token: Tensor, p: Tensor, c: Tensor, n_cells: int | None = None,
+               token_span: int | None = None) -> WaterFill:
     """Maximise sum_r c_r min(1, q_cell(z_r)/p_r) over one simplex per cell (paper App. F.4).
 
     Inputs are flat per-entry (per path) tensors: ``cell`` (cell id in 0..n_cells-1),
@@ -227,7 +221,8 @@ def water_fill(
     x_entry = group_mass[gid]
     obj_entry = a_c * torch.clamp(x_entry / a_p, max=1.0)
     objective = torch.zeros(n_cells, dtype=dtype, device=device).index_add_(0, a_cell, obj_entry)
-    return WaterFill(keys=keys, mass=group_mass, leftover=leftover, objective=objective, token_span=token_span)
+    return WaterFill(keys=keys, mass=group_mass, leftover=leftover, objective=objective,
+                     token_span=token_span)
 
 
 # ---------------------------------------------------------------------------------------
@@ -341,73 +336,41 @@ def _cell_keys(tokens: Tensor, prev_token: Tensor | None, order: int) -> Tensor:
     return anchor_slot * span + pred
 
 
-def _compact(*keys: Tensor) -> tuple[list[Tensor], int]:
-    """Map several int64 key tensors jointly onto 0..n-1."""
-    flat = torch.cat([k.reshape(-1) for k in keys])
-    uniq, inv = torch.unique(flat, return_inverse=True)
-    out, pos = [], 0
-    for k in keys:
-        out.append(inv[pos:pos + k.numel()].view(k.shape))
-        pos += k.numel()
-    return out, int(uniq.numel())
-
-
-def _refit_slots(
-    a_sets: Tensor,
-    p_tok: Tensor,
-    q_base: Tensor,
-    tokens: Tensor,
-    fit_cell: Tensor,
-    query_cell: Tensor,
-    fit_mask: Tensor,
-    n_cells: int,
-    token_span: int,
-    slots: list[int],
-) -> Tensor:
-    """Best-respond at ``slots`` simultaneously, each against the other slots of ``a_sets``.
-
-    a_sets: (S, A, M, G) accept factors of S action sets; set s is fitted on paths with
-    fit_mask[s] and its refitted factors are written for every path.  fit_cell / query_cell:
-    (S, A, M, G) compact cell ids for fitting and for evaluation (they differ only in that
-    evaluation of set s must read set s's cells).  Returns the new accept factors at ``slots``
-    as (S, A, M, len(slots)).
-    """
-    S, A, M, G = a_sets.shape
-    n_fit = fit_mask.to(a_sets.dtype).sum(-1, keepdim=True)  # (S, A, 1)
-    c_all = reach(a_sets) * continuation_value(a_sets)  # W_{k-1} F_k, (S, A, M, G)
-    c_all = c_all * (fit_mask.to(a_sets.dtype) / n_fit).unsqueeze(-1)
-    sl = torch.as_tensor(slots, device=a_sets.device)
-    tok = tokens.unsqueeze(0).expand(S, A, M, G)[..., sl]
-    pp = p_tok.unsqueeze(0).expand(S, A, M, G)[..., sl]
-    qb = q_base.unsqueeze(0).expand(S, A, M, G)[..., sl]
-    fill = water_fill(fit_cell[..., sl], tok, pp, c_all[..., sl], n_cells=n_cells, token_span=token_span)
-    q_new = fill.prob(query_cell[..., sl], tok, qb).view(tok.shape)
-    return accept_factors(pp, q_new)
-
-
 @dataclass(frozen=True)
 class _Design:
     a_base: Tensor  # (A, M, G)
     p_tok: Tensor
     q_base: Tensor
     tokens: Tensor
-    fit_cell: Tensor  # (S, A, M, G)
-    query_cell: Tensor  # (S, A, M, G)
+    cell: Tensor  # (S, A, M, G) compact cell ids; set s reads only set s's cells
     fit_mask: Tensor  # (S, A, M)
     score_mask: Tensor  # (S, A, M)
     n_cells: int
     token_span: int
 
 
-def _design(
-    p_tok: Tensor,
-    q_base: Tensor,
-    tokens: Tensor,
-    prev_token: Tensor | None,
-    order: int,
-    folds: Tensor | None,
-    cross_fit: bool,
-) -> _Design:
+def _refit_slots(d: _Design, a_sets: Tensor, slots: list[int]) -> Tensor:
+    """Best-respond at ``slots`` simultaneously, each against the other slots of ``a_sets``.
+
+    a_sets: (S, A, M, G) accept factors of S action sets; set s is fitted on paths with
+    d.fit_mask[s] and its refitted factors are written for every path.  Returns the new accept
+    factors at ``slots`` as (S, A, M, len(slots)).
+    """
+    S, A, M, G = a_sets.shape
+    n_fit = d.fit_mask.to(a_sets.dtype).sum(-1, keepdim=True)  # (S, A, 1)
+    c_all = reach(a_sets) * continuation_value(a_sets)  # W_{k-1} F_k, (S, A, M, G)
+    c_all = c_all * (d.fit_mask.to(a_sets.dtype) / n_fit).unsqueeze(-1)
+    sl = torch.as_tensor(slots, device=a_sets.device)
+    tok, pp, qb = (x.unsqueeze(0).expand(S, A, M, G)[..., sl]
+                   for x in (d.tokens, d.p_tok, d.q_base))
+    fill = water_fill(d.cell[..., sl], tok, pp, c_all[..., sl], n_cells=d.n_cells,
+                      token_span=d.token_span)
+    q_new = fill.prob(d.cell[..., sl], tok, qb).view(tok.shape)
+    return accept_factors(pp, q_new)
+
+
+def _design(p_tok: Tensor, q_base: Tensor, tokens: Tensor, prev_token: Tensor | None,
+            order: int, folds: Tensor | None, cross_fit: bool) -> _Design:
     p_tok, q_base, tokens = _as_batch(p_tok), _as_batch(q_base), _as_batch(tokens).to(torch.long)
     if not (p_tok.shape == q_base.shape == tokens.shape):
         raise ValueError("p_tok, q_base and tokens must have the same shape")
@@ -424,25 +387,15 @@ def _design(
         fit_mask = torch.stack([folds == 0, folds == 1])
         score_mask = torch.stack([folds == 1, folds == 0])
         tagged = torch.stack([base * 2, base * 2 + 1])  # set s reads cells tagged s
-        (fit_cell,), n_cells = _compact(tagged)
-        query_cell = fit_cell
     else:
         fit_mask = torch.ones((1, A, M), dtype=torch.bool, device=p_tok.device)
         score_mask = fit_mask
-        (fit_cell,), n_cells = _compact(base.unsqueeze(0))
-        query_cell = fit_cell
-    return _Design(
-        a_base=accept_factors(p_tok, q_base),
-        p_tok=p_tok,
-        q_base=q_base,
-        tokens=tokens,
-        fit_cell=fit_cell,
-        query_cell=query_cell,
-        fit_mask=fit_mask,
-        score_mask=score_mask,
-        n_cells=n_cells,
-        token_span=token_span,
-    )
+        tagged = base.unsqueeze(0)
+    uniq, cell = torch.unique(tagged, return_inverse=True)  # compact ids 0..n-1
+    n_cells = int(uniq.numel())
+    return _Design(a_base=accept_factors(p_tok, q_base), p_tok=p_tok, q_base=q_base,
+                   tokens=tokens, cell=cell, fit_mask=fit_mask, score_mask=score_mask,
+                   n_cells=n_cells, token_span=token_span)
 
 
 def _slot_gains(d: _Design) -> Tensor:
@@ -450,8 +403,7 @@ def _slot_gains(d: _Design) -> Tensor:
     S = d.fit_mask.shape[0]
     G = d.a_base.shape[-1]
     a_sets = d.a_base.unsqueeze(0).expand(S, *d.a_base.shape)
-    a_new = _refit_slots(a_sets, d.p_tok, d.q_base, d.tokens, d.fit_cell, d.query_cell,
-                         d.fit_mask, d.n_cells, d.token_span, list(range(G)))
+    a_new = _refit_slots(d, a_sets, list(range(G)))
     # Delta tau_k = E_score[W_{k-1} F_k (a_k^BR - a_k^base)]: W and F do not involve slot k
     wf = reach(a_sets) * continuation_value(a_sets)
     m = d.score_mask.to(wf.dtype)
@@ -478,15 +430,9 @@ class SingleSlotGain:
     tau_base: Tensor
 
 
-def single_slot_gain(
-    p_tok: Tensor,
-    q_base: Tensor,
-    tokens: Tensor,
-    prev_token: Tensor | int | None = None,
-    *,
-    order: int = 0,
-    folds: Tensor | None = None,
-) -> SingleSlotGain:
+def single_slot_gain(p_tok: Tensor, q_base: Tensor, tokens: Tensor,
+                     prev_token: Tensor | int | None = None, *, order: int = 0,
+                     folds: Tensor | None = None) -> SingleSlotGain:
     """Delta tau_k^BR = tau(q_k^BR, q_-k^base) - tau(q^base) for every slot k (paper App. F.4, F.5).
 
     Inputs per path and slot, (A, M, gamma) or (M, gamma): ``p_tok`` = p_k^(r)(Z_k^(r)) the
@@ -547,24 +493,16 @@ def _sweep(d: _Design, slot_order: list[int], n_passes: int) -> Tensor:
     a_sets = d.a_base.unsqueeze(0).expand(S, *d.a_base.shape).clone()
     for _ in range(n_passes):
         for k in slot_order:  # sequential by construction: each refit sees the latest actions
-            a_sets[..., k] = _refit_slots(a_sets, d.p_tok, d.q_base, d.tokens, d.fit_cell, d.query_cell,
-                                          d.fit_mask, d.n_cells, d.token_span, [k])[..., 0]
+            a_sets[..., k] = _refit_slots(d, a_sets, [k])[..., 0]
     tau_new = expected_length(a_sets, d.score_mask)
     tau_old = expected_length(d.a_base.unsqueeze(0), d.score_mask)
     return (tau_new - tau_old).mean(0)
 
 
-def coordinate_sweep(
-    p_tok: Tensor,
-    q_base: Tensor,
-    tokens: Tensor,
-    prev_token: Tensor | int | None = None,
-    *,
-    order: int = 0,
-    folds: Tensor | None = None,
-    cross_fit: bool = True,
-    n_passes: int = 1,
-) -> SweepResult:
+def coordinate_sweep(p_tok: Tensor, q_base: Tensor, tokens: Tensor,
+                     prev_token: Tensor | int | None = None, *, order: int = 0,
+                     folds: Tensor | None = None, cross_fit: bool = True,
+                     n_passes: int = 1) -> SweepResult:
     """Refit every slot in turn against the latest actions, both directions (paper App. F.6).
 
     With ``cross_fit`` the two action sets (fitted on fold 0 and on fold 1) are each swept
@@ -574,19 +512,8 @@ def coordinate_sweep(
 
     Parameters
     ----------
-    p_tok : Tensor
-        ``[A, M, gamma]`` or ``[M, gamma]`` target probabilities p_k^(r)(Z_k^(r)).
-    q_base : Tensor
-        Same shape: the shipped proposal's probabilities of the realised tokens.
-    tokens : Tensor
-        Same shape, integer: the realised tokens Z_k^(r).
-    prev_token : Tensor or int or None, optional
-        ``[A]`` (or one int) committed token before slot 0; required for ``order=1`` only.
-    order : int, optional
-        Information class of the proposal, 0 or 1 (as in ``single_slot_gain``).
-    folds : Tensor or None, optional
-        ``[M]`` or ``[A, M]`` 0/1 fold of every path; ``None`` splits by path index parity.
-        Used only with ``cross_fit``.
+    p_tok, q_base, tokens, prev_token, order, folds
+        As in ``single_slot_gain`` (``folds`` is used only with ``cross_fit``).
     cross_fit : bool, optional
         Fit and score on opposite folds (True) or on all paths (False).
     n_passes : int, optional
@@ -604,4 +531,5 @@ def coordinate_sweep(
     fwd = _sweep(d, list(range(G)), n_passes)
     bwd = _sweep(d, list(range(G - 1, -1, -1)), n_passes)
     iso = _slot_gains(d)
-    return SweepResult(forward=fwd, backward=bwd, isolated=iso, isolated_sum=iso.sum(-1), cross_fit=cross_fit)
+    return SweepResult(forward=fwd, backward=bwd, isolated=iso, isolated_sum=iso.sum(-1),
+                       cross_fit=cross_fit)

@@ -104,18 +104,15 @@ def alternating_split(n: int, device: torch.device | str | None = None) -> torch
 
 def _held_out_sum(P: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Sum over all rows of TV to the barycentre fitted on the *other* half (cross-fit)."""
-    PA = P[..., mask, :]
-    PB = P[..., ~mask, :]
-    qA = tv_barycentre(PA).q.unsqueeze(-2)
-    qB = tv_barycentre(PB).q.unsqueeze(-2)
+    PA, PB = P[..., mask, :], P[..., ~mask, :]
+    qA, qB = tv_barycentre(PA).q.unsqueeze(-2), tv_barycentre(PB).q.unsqueeze(-2)
     return tv_distance(PB, qA).sum(-1) + tv_distance(PA, qB).sum(-1)
 
 
 def floor_order0(P: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
     """In-sample order-0 floor T_hat_k^(0): the TV barycentre value of all paths (Sec. B.3/B.4).
 
-    ``P``: ``[..., M, V]``. Returns ``[...]``. Reusing the paths to fit and score biases this
-    estimate downwards (Sec. B.3).
+    Reusing the paths to fit and score biases this estimate downwards (Sec. B.3).
 
     Parameters
     ----------
@@ -138,9 +135,7 @@ def order0_path_tv(P: torch.Tensor) -> torch.Tensor:
     Their mean is T_hat_k^(0); their mean over a subset of paths is the order-0 floor's share
     on that subset, e.g. on the paths covered by the split-half order-1 estimate, so that
     T^(0) and T^(1) can be compared on one population (T^(0) = c T^(0)_cov + (1 - c)
-    T^(0)_uncov holds exactly).
-
-    The order-0 family and its floor are defined in paper Sec. B.3.
+    T^(0)_uncov holds exactly). The order-0 family and its floor: paper Sec. B.3.
 
     Parameters
     ----------
@@ -158,11 +153,8 @@ def order0_path_tv(P: torch.Tensor) -> torch.Tensor:
 def floor_order0_split(P: torch.Tensor, split: torch.Tensor) -> torch.Tensor:
     """Split-half order-0 floor: fit q on half A, score on half B, swap, average over paths.
 
-    ``split`` is a boolean mask of length M (True = half A; both halves non-empty), chosen by
-    the caller (e.g. :func:`alternating_split`). Every path is scored once, against the
-    barycentre of the other half, and the M held-out TVs are averaged. ``P``: ``[..., M, V]``.
-
-    The split-half rule is that of paper Sec. B.3.
+    ``split`` is chosen by the caller (e.g. :func:`alternating_split`). Every path is scored
+    once, against the barycentre of the other half (the split-half rule of paper Sec. B.3).
 
     Parameters
     ----------
@@ -187,13 +179,11 @@ def floor_order0_split(P: torch.Tensor, split: torch.Tensor) -> torch.Tensor:
 
 
 def group_ids(history: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Group paths by their last ``m`` realised tokens.
+    """Group paths by their last ``m`` realised tokens: the partition of the grouping route
+    for T_k^(m) (paper Sec. B.3).
 
-    ``history``: ``[M, k]`` integer tokens realised before slot k (k may be 0). ``m >= k`` uses
-    the whole realised prefix; ``m == 0`` puts every path in one group. Returns
-    ``(inverse, counts)``: the group index of each path and the size of each group.
-
-    This is the partition of the grouping route for T_k^(m) (paper Sec. B.3).
+    k may be 0; ``m >= k`` uses the whole realised prefix; ``m == 0`` puts every path in one
+    group.
 
     Parameters
     ----------
@@ -226,16 +216,13 @@ def group_ids(history: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor
 
 def covered_by_grouping(history: torch.Tensor, m: int) -> torch.Tensor:
     """``[M]`` bool: the paths whose group (same last ``m`` realised tokens, :func:`group_ids`)
-    holds at least two paths, i.e. the paths the split-half order-m floor covers.
-
-    Coverage is that of the split-half estimate in paper Sec. B.3.
+    holds at least two paths, i.e. the paths the split-half order-m floor covers (paper
+    Sec. B.3).
 
     Parameters
     ----------
-    history : torch.Tensor
-        ``[M, k]`` integer tokens realised before slot k.
-    m : int
-        Conditioning order, m >= 0.
+    history, m
+        As in :func:`group_ids`.
 
     Returns
     -------
@@ -259,10 +246,8 @@ def floor_orderm_plugin(P: torch.Tensor, history: torch.Tensor, m: int) -> torch
     ----------
     P : torch.Tensor
         ``[M, V]`` target distributions p_k^(r) of slot k along M sampled paths.
-    history : torch.Tensor
-        ``[M, k]`` integer tokens realised before slot k.
-    m : int
-        Conditioning order, m >= 0.
+    history, m
+        As in :func:`group_ids`.
 
     Returns
     -------
@@ -279,12 +264,10 @@ def floor_orderm_plugin(P: torch.Tensor, history: torch.Tensor, m: int) -> torch
 
 
 def floor_order1_plugin(P: torch.Tensor, predecessor: torch.Tensor | None) -> torch.Tensor:
-    """In-sample order-1 floor, grouping by the realised predecessor Z_{k-1}.
+    """In-sample order-1 floor, grouping by the realised predecessor Z_{k-1} (paper Sec. B.3).
 
-    ``predecessor``: ``[M]`` tokens at slot k-1; ``None`` at slot 0, whose predecessor is the
-    committed token shared by all paths (one group).
-
-    The order-1 grouping by Z_{k-1} is that of paper Sec. B.3.
+    At slot 0 (``predecessor`` None) the predecessor is the committed token shared by all paths
+    (one group).
 
     Parameters
     ----------
@@ -311,17 +294,13 @@ def floor_orderm_split(P: torch.Tensor, history: torch.Tensor, m: int,
     path order (or in a random order drawn from ``generator``, if given); q is fitted on A and
     scored on B and vice versa, and the group floor is the mean held-out TV over its n_g paths.
     Group floors are averaged with weights n_g. Groups of one path are uncovered.
-    ``history``: ``[M, k]`` realised tokens before slot k; ``m >= k`` groups by the whole
-    realised prefix, where every group shares one context and the floor is exactly 0.
+    ``m >= k`` groups by the whole realised prefix, where every group shares one context and
+    the floor is exactly 0.
 
     Parameters
     ----------
-    P : torch.Tensor
-        ``[M, V]`` target distributions p_k^(r) of slot k along M sampled paths.
-    history : torch.Tensor
-        ``[M, k]`` integer tokens realised before slot k.
-    m : int
-        Conditioning order, m >= 0.
+    P, history, m
+        As in :func:`floor_orderm_plugin`.
     generator : torch.Generator or None, optional
         Random source for shuffling each group before dealing; ``None`` keeps path order.
 
@@ -359,22 +338,19 @@ def floor_orderm_split(P: torch.Tensor, history: torch.Tensor, m: int,
 
 def floor_order1_split(P: torch.Tensor, predecessor: torch.Tensor | None,
                        generator: torch.Generator | None = None) -> SplitFloor:
-    """Split-half order-1 floor T_k^(1), grouping paths by their realised predecessor Z_{k-1}.
+    """Split-half order-1 floor T_k^(1), grouping paths by their realised predecessor Z_{k-1}
+    (the order-1 grouping route of paper Sec. B.3).
 
-    ``predecessor``: ``[M]`` tokens at slot k-1; ``None`` at slot 0 (the committed token is
-    shared by all paths, so there is one group; its rows are identical and the floor is 0).
-    See :func:`floor_orderm_split` for the split rule and the covered-mass bounds.
-
-    This is the order-1 grouping route of paper Sec. B.3.
+    At slot 0 (``predecessor`` None) the committed token is shared by all paths, so there is
+    one group; its rows are identical and the floor is 0. See :func:`floor_orderm_split` for
+    the split rule and the covered-mass bounds.
 
     Parameters
     ----------
-    P : torch.Tensor
-        ``[M, V]`` target distributions p_k^(r) of slot k along M sampled paths.
-    predecessor : torch.Tensor or None
-        ``[M]`` realised tokens at slot k-1, or ``None`` at slot 0.
-    generator : torch.Generator or None, optional
-        Random source for shuffling each group before dealing; ``None`` keeps path order.
+    P, predecessor
+        As in :func:`floor_order1_plugin`.
+    generator
+        As in :func:`floor_orderm_split`.
 
     Returns
     -------
@@ -389,11 +365,8 @@ def floor_order1_split(P: torch.Tensor, predecessor: torch.Tensor | None,
 
 
 def kish_ess(weights: torch.Tensor) -> torch.Tensor:
-    """Kish effective sample size (sum_r w_r)^2 / sum_r w_r^2 over the last
-    dimension (0 if all zero).
-
-    It measures how many sampled prefixes the re-weighting route of paper Sec. B.3
-    effectively uses.
+    """Kish effective sample size (sum_r w_r)^2 / sum_r w_r^2 over the last dimension (0 if
+    all zero): how many sampled prefixes the re-weighting route of paper Sec. B.3 uses.
 
     Parameters
     ----------
@@ -414,13 +387,10 @@ def kish_ess(weights: torch.Tensor) -> torch.Tensor:
 
 
 def reveal_weights(P_prev: torch.Tensor, z_star: torch.Tensor | int) -> torch.Tensor:
-    """Importance weights w_r = p_{k-1}^(r)(z*) for revealed predecessor token(s) z*.
+    """Importance weights w_r = p_{k-1}^(r)(z*) for revealed predecessor token(s) z*: the
+    weights of the re-weighting route of paper Sec. B.3.
 
-    ``P_prev``: ``[M, V]`` target distributions at slot k-1 along the sampled prefixes.
-    ``z_star``: an int (returns ``[M]``) or a ``[Z]`` tensor of tokens (returns ``[Z, M]``).
     For m revealed tokens, multiply the per-slot weights of the revealed tokens instead.
-
-    These are the weights of the re-weighting route of paper Sec. B.3.
 
     Parameters
     ----------
@@ -482,13 +452,10 @@ def floor_order1_reweighted(revealed: torch.Tensor, weights: torch.Tensor) -> Re
 
 
 def floor_by_slot(P: torch.Tensor) -> torch.Tensor:
-    """In-sample order-0 floors of all slots at one anchor in one batched call.
+    """In-sample order-0 floors of all slots at one anchor in one batched call: the per-anchor
+    order-0 floor curves of paper Sec. 3.1, estimated as in paper Sec. B.3.
 
-    ``P``: ``[gamma, M, V]`` (slot, path, token). Returns ``[gamma]``; slot 0 is 0 when all
-    paths share the anchor's context (identical rows).
-
-    These are the per-anchor order-0 floor curves of paper Sec. 3.1, estimated as in paper
-    Sec. B.3.
+    Slot 0 is 0 when all paths share the anchor's context (identical rows).
 
     Parameters
     ----------
@@ -505,13 +472,10 @@ def floor_by_slot(P: torch.Tensor) -> torch.Tensor:
 
 def floor_order1_by_slot(P: torch.Tensor, tokens: torch.Tensor,
                          generator: torch.Generator | None = None) -> list[SplitFloor]:
-    """Split-half order-1 floors of all slots at one anchor.
+    """Split-half order-1 floors of all slots at one anchor, which feed the locality result of
+    paper Sec. 3.2 (estimator: paper Sec. B.3).
 
-    ``P``: ``[gamma, M, V]``; ``tokens``: ``[M, gamma]`` realised block tokens of the paths.
     Slot 0 uses the committed token (one group); slot k >= 1 groups by ``tokens[:, k-1]``.
-
-    The order-1 floors feed the locality result of paper Sec. 3.2 (estimator: paper
-    Sec. B.3).
 
     Parameters
     ----------
@@ -527,8 +491,6 @@ def floor_order1_by_slot(P: torch.Tensor, tokens: torch.Tensor,
     list of SplitFloor
         One split-half order-1 floor per slot, ``gamma`` entries.
     """
-    out = []
-    for k in range(P.shape[0]):
-        pred = None if k == 0 else tokens[:, k - 1]
-        out.append(floor_order1_split(P[k], pred, generator=generator))
-    return out
+    return [floor_order1_split(P[k], None if k == 0 else tokens[:, k - 1], generator=generator)
+            for k in range(P.shape[0])]
+

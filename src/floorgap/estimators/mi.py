@@ -33,7 +33,8 @@ Shapes (leading batch dims ``...`` are free, e.g. anchors x slots):
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
 
 import torch
 from torch import Tensor
@@ -82,8 +83,8 @@ def log_mixture(logp: Tensor, logw: Tensor | None = None, dim: int = -1) -> Tens
         The log of the weighted mean of the p_s: ``logp``'s shape without ``dim``.
     """
     if logw is None:
-        n = logp.shape[dim]
-        return torch.logsumexp(logp, dim=dim) - torch.log(torch.tensor(float(n), dtype=logp.dtype, device=logp.device))
+        n = torch.tensor(float(logp.shape[dim]), dtype=logp.dtype, device=logp.device)
+        return torch.logsumexp(logp, dim=dim) - torch.log(n)
     logw = torch.broadcast_to(logw, logp.shape)
     return torch.logsumexp(logw + logp, dim=dim) - torch.logsumexp(logw, dim=dim)
 
@@ -120,13 +121,8 @@ class MICellLosses:
     ess: Tensor
 
 
-def mi_cell_losses(
-    logp_teacher: Tensor,
-    logp_blind: Tensor,
-    logp_cond: Tensor,
-    logw_reveal: Tensor,
-    logw_prefix: Tensor | None = None,
-) -> MICellLosses:
+def mi_cell_losses(logp_teacher: Tensor, logp_blind: Tensor, logp_cond: Tensor,
+                   logw_reveal: Tensor, logw_prefix: Tensor | None = None) -> MICellLosses:
     """C_{k,k}, C_{k,0} and C_{k,m} with the ESS of the reveal weights (App. A.3, D.3).
 
     See the module docstring for shapes.  ``logw_prefix`` of shape (..., S) weights the blind
@@ -141,8 +137,8 @@ def mi_cell_losses(
     logp_blind : Tensor
         ``[..., S]`` log p(Z_k | X, S_s) for S prefixes drawn independently of the realised path.
     logp_cond : Tensor
-        ``[..., S, J]`` log p(Z_k | X, S_s[:k-m_j], Z_{k-m_j..k-1}): the sampled prefixes with their
-        last m_j tokens replaced by the realised ones, for J orders m_j.
+        ``[..., S, J]`` log p(Z_k | X, S_s[:k-m_j], Z_{k-m_j..k-1}): the sampled prefixes with
+        their last m_j tokens replaced by the realised ones, for J orders m_j.
     logw_reveal : Tensor
         ``[..., S, J]`` log p(Z_{k-m_j..k-1} | X, S_s[:k-m_j]), the importance weight of each
         truncated prefix.
@@ -159,18 +155,14 @@ def mi_cell_losses(
     if logp_cond.shape != logw_reveal.shape:
         raise ValueError("logp_cond and logw_reveal must both be (..., S, J)")
     if logw_prefix is None:
-        lw_blind = None
-        lw_cond = logw_reveal
+        lw_blind, lw_cond = None, logw_reveal
     elif logw_prefix.dim() == logp_blind.dim():
-        lw_blind = logw_prefix
-        lw_cond = logw_reveal + logw_prefix.unsqueeze(-1)
+        lw_blind, lw_cond = logw_prefix, logw_reveal + logw_prefix.unsqueeze(-1)
     else:
-        lw_blind = None
-        lw_cond = logw_reveal + logw_prefix
-    c_kk = -logp_teacher
-    c_k0 = -log_mixture(logp_blind, lw_blind, dim=-1)
-    c_km = -log_mixture(logp_cond, lw_cond, dim=-2)
-    return MICellLosses(c_kk=c_kk, c_k0=c_k0, c_km=c_km, ess=kish_ess_log(lw_cond, dim=-2))
+        lw_blind, lw_cond = None, logw_reveal + logw_prefix
+    return MICellLosses(c_kk=-logp_teacher, c_k0=-log_mixture(logp_blind, lw_blind, dim=-1),
+                        c_km=-log_mixture(logp_cond, lw_cond, dim=-2),
+                        ess=kish_ess_log(lw_cond, dim=-2))
 
 
 def recovery_terms(losses: MICellLosses) -> tuple[Tensor, Tensor]:
@@ -254,9 +246,10 @@ def leave_one_out_missing_information(logp_cross: Tensor) -> Tensor:
 
 
 def _cell_mask(n: Tensor, mask: Tensor | None) -> Tensor:
-    m = torch.ones(n.shape, dtype=torch.bool, device=n.device) if mask is None else torch.broadcast_to(mask, n.shape)
     # a cell with non-finite losses cannot enter a sum; callers see it in the cell counts
-    return m & torch.isfinite(n)
+    finite = torch.isfinite(n)
+    return finite if mask is None else torch.broadcast_to(mask, n.shape) & finite
+
 
 
 @dataclass(frozen=True)
@@ -273,13 +266,13 @@ def _num_den(n: Tensor, d: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor,
     if n.dim() != 3 or d.shape != n.shape[:2]:
         raise ValueError("n must be (anchors, slots, orders) and d (anchors, slots)")
     m = _cell_mask(n, mask) & torch.isfinite(d).unsqueeze(-1)
-    mf = m.to(n.dtype)
     num = torch.where(m, n, torch.zeros_like(n))
     den = torch.where(m, d.unsqueeze(-1).expand_as(n), torch.zeros_like(n))
-    return num, den, mf
+    return num, den, m.to(n.dtype)
 
 
-def recovery_fraction(n: Tensor, d: Tensor, pi: Tensor | None = None, mask: Tensor | None = None) -> RecoveryEstimate:
+def recovery_fraction(n: Tensor, d: Tensor, pi: Tensor | None = None,
+                      mask: Tensor | None = None) -> RecoveryEstimate:
     """rho_{k,m} = sum_i n_{i,k,m}/pi_i / sum_i d_{i,k}/pi_i over the cells in ``mask`` (B.2).
 
     ``n`` (A, K, J), ``d`` (A, K), ``pi`` (A,), ``mask`` (A, K, J) bool: which anchor-slot-order
@@ -308,15 +301,11 @@ def recovery_fraction(n: Tensor, d: Tensor, pi: Tensor | None = None, mask: Tens
         over slots), and the cell counts ``n_cells`` ``[K, J]`` and ``n_cells_pooled`` ``[J]``.
     """
     num, den, mf = _num_den(n, d, mask)
-    w = torch.ones(n.shape[0], dtype=n.dtype, device=n.device) if pi is None else 1.0 / pi.to(n.dtype)
-    w = w.view(-1, 1, 1)
+    w = (torch.ones(n.shape[0], dtype=n.dtype, device=n.device) if pi is None
+         else 1.0 / pi.to(n.dtype)).view(-1, 1, 1)
     sn, sd = (num * w).sum(0), (den * w).sum(0)
-    return RecoveryEstimate(
-        per_slot=sn / sd,
-        pooled=sn.sum(0) / sd.sum(0),
-        n_cells=mf.sum(0),
-        n_cells_pooled=mf.sum((0, 1)),
-    )
+    return RecoveryEstimate(per_slot=sn / sd, pooled=sn.sum(0) / sd.sum(0), n_cells=mf.sum(0),
+                            n_cells_pooled=mf.sum((0, 1)))
 
 
 @dataclass(frozen=True)
@@ -327,18 +316,10 @@ class RecoveryBootstrap:
     pooled: BootstrapResult
 
 
-def recovery_bootstrap(
-    n: Tensor,
-    d: Tensor,
-    clusters: Tensor | Sequence[Hashable],
-    pi: Tensor | None = None,
-    mask: Tensor | None = None,
-    *,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = DEFAULT_BOOT_SEED,
-    level: float = 0.95,
-    return_replicates: bool = False,
-) -> RecoveryBootstrap:
+def recovery_bootstrap(n: Tensor, d: Tensor, clusters: Tensor | Sequence[Hashable],
+                       pi: Tensor | None = None, mask: Tensor | None = None, *,
+                       n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_BOOT_SEED,
+                       level: float = 0.95, return_replicates: bool = False) -> RecoveryBootstrap:
     """Percentile intervals for rho_{k,m} as ratios of resampled sums (Table 4).
 
     Per-slot and pooled statistics are resampled together in one call, so they are paired.
@@ -348,16 +329,10 @@ def recovery_bootstrap(
 
     Parameters
     ----------
-    n : Tensor
-        ``[A, K, J]`` numerator terms n_{i,k,m} in nats.
-    d : Tensor
-        ``[A, K]`` denominator terms d_{i,k} in nats.
+    n, d, pi, mask
+        As in :func:`recovery_fraction`.
     clusters : Tensor or Sequence[Hashable]
         ``[A]`` the prompt of each anchor; a prompt's anchors are drawn together.
-    pi : Tensor or None, optional
-        ``[A]`` inclusion probabilities pi_i; None weights anchors equally.
-    mask : Tensor or None, optional
-        ``[A, K, J]`` bool, the cells that enter (as in :func:`recovery_fraction`).
     n_boot : int, optional
         Number of bootstrap replicates B.
     seed : int, optional
@@ -377,49 +352,34 @@ def recovery_bootstrap(
     A, K, J = n.shape
     num_cols = torch.cat([num.reshape(A, K * J), num.sum(1)], dim=1)
     den_cols = torch.cat([den.reshape(A, K * J), den.sum(1)], dim=1)
-    res = prompt_bootstrap(num_cols, clusters, pi, den=den_cols, n_boot=n_boot, seed=seed, level=level,
-                           return_replicates=return_replicates)
+    res = prompt_bootstrap(num_cols, clusters, pi, den=den_cols, n_boot=n_boot, seed=seed,
+                           level=level, return_replicates=return_replicates)
 
     def part(sl: slice, shape: tuple[int, ...]) -> BootstrapResult:
         reps = None if res.replicates is None else res.replicates[:, sl].reshape((-1,) + shape)
-        return BootstrapResult(
-            estimate=res.estimate[sl].reshape(shape),
-            lower=res.lower[sl].reshape(shape),
-            upper=res.upper[sl].reshape(shape),
-            level=res.level,
-            replicates=reps,
-            seed=res.seed,
-            n_boot=res.n_boot,
-            n_clusters=res.n_clusters,
-        )
+        return replace(res, estimate=res.estimate[sl].reshape(shape),
+                       lower=res.lower[sl].reshape(shape), upper=res.upper[sl].reshape(shape),
+                       replicates=reps)
 
-    return RecoveryBootstrap(per_slot=part(slice(0, K * J), (K, J)), pooled=part(slice(K * J, K * J + J), (J,)))
+    return RecoveryBootstrap(per_slot=part(slice(0, K * J), (K, J)),
+                             pooled=part(slice(K * J, K * J + J), (J,)))
 
 
-def ess_gate_sensitivity(
-    n: Tensor,
-    d: Tensor,
-    ess: Tensor,
-    thresholds: Sequence[float],
-    pi: Tensor | None = None,
-    mask: Tensor | None = None,
-) -> list[tuple[float, RecoveryEstimate]]:
+def ess_gate_sensitivity(n: Tensor, d: Tensor, ess: Tensor, thresholds: Sequence[float],
+                         pi: Tensor | None = None, mask: Tensor | None = None
+                         ) -> list[tuple[float, RecoveryEstimate]]:
     """rho recomputed on the cells whose ESS >= each threshold (App. C.5, D.3).
 
     ``ess`` is (A, K, J) like ``n``; a threshold of 0 keeps every cell in ``mask``.
 
     Parameters
     ----------
-    n : Tensor
-        ``[A, K, J]`` numerator terms n_{i,k,m} in nats.
-    d : Tensor
-        ``[A, K]`` denominator terms d_{i,k} in nats.
+    n, d, pi
+        As in :func:`recovery_fraction`.
     ess : Tensor
         ``[A, K, J]`` Kish ESS of each cell's reveal weights (``MICellLosses.ess``).
     thresholds : Sequence[float]
         The ESS cut-offs to try (the paper uses 0, 32 and M/2).
-    pi : Tensor or None, optional
-        ``[A]`` inclusion probabilities pi_i; None weights anchors equally.
     mask : Tensor or None, optional
         ``[A, K, J]`` bool, the cells eligible before any gate.
 

@@ -102,13 +102,11 @@ def oracle_risk(p: Tensor, q_oracle: Tensor, path_dim: int = -2) -> Tensor:
 
     Parameters
     ----------
-    p : Tensor
-        ``[..., M, V]`` the target's p_k on the M target paths.
+    p, path_dim
+        As in :func:`anchor_risk`.
     q_oracle : Tensor
         The drafter's proposal at slot k when fed the target's realised predecessor Z_{k-1},
         broadcastable against ``p``.
-    path_dim : int, optional
-        The path dimension; it must not be the last (vocabulary) one.
 
     Returns
     -------
@@ -126,13 +124,11 @@ def self_risk(p: Tensor, q_self: Tensor, path_dim: int = -2) -> Tensor:
 
     Parameters
     ----------
-    p : Tensor
-        ``[..., M, V]`` the target's p_k on the M target paths.
+    p, path_dim
+        As in :func:`anchor_risk`.
     q_self : Tensor
         The drafter's proposal at slot k when fed its own sampled predecessor, broadcastable
         against ``p``.
-    path_dim : int, optional
-        The path dimension; it must not be the last (vocabulary) one.
 
     Returns
     -------
@@ -221,8 +217,11 @@ def decompose_self_risk(r_self: Tensor, r_oracle: Tensor, floor: Tensor) -> Self
 
 
 def _truncate(probs: Tensor, top_p: float, top_k: int | None) -> Tensor:
-    """Zero out tokens outside top-k and outside the top-p nucleus, then renormalise."""
+    """Zero out tokens outside top-k and outside the top-p nucleus, then renormalise (``probs``
+    itself when neither truncates)."""
     v = probs.shape[-1]
+    if top_p >= 1.0 and (top_k is None or top_k <= 0 or top_k >= v):
+        return probs
     keep = torch.ones_like(probs, dtype=torch.bool)
     if top_k is not None and 0 < top_k < v:
         # ties with the k-th largest are kept, as the usual logit-threshold rule does
@@ -249,9 +248,8 @@ def _check_law(temperature: float, top_p: float) -> None:
         raise ValueError("top_p must lie in (0, 1]")
 
 
-def warp_logits(
-    logits: Tensor, temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None
-) -> Tensor:
+def warp_logits(logits: Tensor, temperature: float = 1.0, top_p: float = 1.0,
+                top_k: int | None = None) -> Tensor:
     """Probabilities of the sampling law (temperature, then top-k, then top-p) from logits.
 
     At temperature 1 with top_p = 1 and no top_k it is exactly the softmax.  Applied to the
@@ -279,14 +277,11 @@ def warp_logits(
     _check_law(temperature, top_p)
     # x / 1 == x exactly: at temperature 1 the division (a pass over [..., V]) is skipped
     probs = torch.softmax(logits if temperature == 1.0 else logits / temperature, dim=-1)
-    if top_p >= 1.0 and (top_k is None or top_k <= 0 or top_k >= logits.shape[-1]):
-        return probs
     return _truncate(probs, top_p, top_k)
 
 
-def warp_probs(
-    probs: Tensor, temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None
-) -> Tensor:
+def warp_probs(probs: Tensor, temperature: float = 1.0, top_p: float = 1.0,
+               top_k: int | None = None) -> Tensor:
     """The same warp on probabilities: p^(1/T) renormalised, then top-k and top-p.
 
     Zero-probability tokens stay at zero; equals ``warp_logits(log p, ...)``.
@@ -299,11 +294,8 @@ def warp_probs(
         ``[..., V]`` probabilities (rows need not be exactly normalised).
     temperature : float, optional
         Temperature T > 0; p is raised to the power 1/T and renormalised.
-    top_p : float, optional
-        Nucleus mass in (0, 1]; 1 keeps every token.
-    top_k : int or None, optional
-        Number of most likely tokens kept (ties with the k-th are kept too); None, 0 or at
-        least V keeps every token.
+    top_p, top_k
+        As in :func:`warp_logits`.
 
     Returns
     -------
@@ -315,8 +307,6 @@ def warp_probs(
         out = probs / probs.sum(-1, keepdim=True)
     else:
         # through log space so large 1/T does not underflow every coordinate
-        logp = torch.log(probs)
-        out = torch.softmax(logp / temperature, dim=-1)
-    if top_p >= 1.0 and (top_k is None or top_k <= 0 or top_k >= probs.shape[-1]):
-        return out
+        out = torch.softmax(torch.log(probs) / temperature, dim=-1)
     return _truncate(out, top_p, top_k)
+

@@ -54,8 +54,7 @@ from .aggregate import DEFAULT_BOOT_SEED, DEFAULT_N_BOOT, cluster_resample, perc
 
 __all__ = ["AcceptanceTest", "ServedEstimate", "acceptance_test", "accepted_length_by_task",
            "group_cells", "lossless_z", "round_accepted_length", "run_time_shares", "served_macro",
-           "slot_acceptance_tests",
-           "speedup_by_task", "task_row_counts"]
+           "slot_acceptance_tests", "speedup_by_task", "task_row_counts"]
 
 
 @dataclass(frozen=True)
@@ -117,8 +116,7 @@ def _ratio_by_task(num: Sequence[Tensor], den: Sequence[Tensor], counts: Sequenc
         c = c.double()
         reps.append((c @ n.T) / (c @ d.T))                                  # [B, cells]
     estimate, replicates = torch.stack(est), torch.stack(reps, 1)
-    lo, hi = percentile_interval(replicates, level)
-    return ServedEstimate(estimate, replicates, lo, hi, level)
+    return ServedEstimate(estimate, replicates, *percentile_interval(replicates, level), level)
 
 
 def accepted_length_by_task(completion: Sequence[Tensor], verify: Sequence[Tensor],
@@ -186,16 +184,12 @@ def speedup_by_task(completion: Sequence[Tensor], time_share: Sequence[Tensor],
 
     Parameters
     ----------
-    completion : Sequence[Tensor]
-        Per task, ``[cells, rows]`` completion tokens n_r^completion.
+    completion, counts, level
+        As in :func:`accepted_length_by_task`.
     time_share : Sequence[Tensor]
         Per task, ``[cells, rows]`` time shares w_r t_r.
     baseline : Sequence[int]
         For each cell c, the index of the AR cell at the same setting.
-    counts : Sequence[Tensor]
-        Per task, ``[B, rows]`` bootstrap counts from :func:`task_row_counts`.
-    level : float, optional
-        Coverage of the percentile interval.
 
     Returns
     -------
@@ -207,8 +201,7 @@ def speedup_by_task(completion: Sequence[Tensor], time_share: Sequence[Tensor],
     idx = torch.as_tensor(list(baseline), dtype=torch.long)
     est = thr.estimate / thr.estimate[:, idx]
     reps = thr.replicates / thr.replicates[:, :, idx]
-    lo, hi = percentile_interval(reps, level)
-    return ServedEstimate(est, reps, lo, hi, level)
+    return ServedEstimate(est, reps, *percentile_interval(reps, level), level)
 
 
 def served_macro(stat: ServedEstimate, groups: Sequence[Sequence[int]] | None = None,
@@ -242,8 +235,7 @@ def served_macro(stat: ServedEstimate, groups: Sequence[Sequence[int]] | None = 
         sel = torch.as_tensor(list(tasks), dtype=torch.long)
         est, reps = est[sel], reps[:, sel]
     est, reps = est.mean(0, keepdim=True), reps.mean(1, keepdim=True)
-    lo, hi = percentile_interval(reps, stat.level)
-    return ServedEstimate(est, reps, lo, hi, stat.level)
+    return ServedEstimate(est, reps, *percentile_interval(reps, stat.level), stat.level)
 
 
 def group_cells(stat: ServedEstimate, groups: Sequence[Sequence[int]]) -> ServedEstimate:
@@ -266,8 +258,7 @@ def group_cells(stat: ServedEstimate, groups: Sequence[Sequence[int]]) -> Served
     """
     est = torch.stack([stat.estimate[:, list(g)].mean(1) for g in groups], 1)
     reps = torch.stack([stat.replicates[:, :, list(g)].mean(2) for g in groups], 2)
-    lo, hi = percentile_interval(reps, stat.level)
-    return ServedEstimate(est, reps, lo, hi, stat.level)
+    return ServedEstimate(est, reps, *percentile_interval(reps, stat.level), stat.level)
 
 
 def round_accepted_length(p_tok: Tensor, q_tok: Tensor) -> Tensor:
@@ -346,8 +337,8 @@ def acceptance_test(accepted: Tensor, tv: Tensor) -> AcceptanceTest:
         raise ValueError("a trial's TV is missing (NaN)")
     alpha = torch.where(trial, alpha, torch.zeros_like(alpha))
     return AcceptanceTest(trials=int(trial.sum()), observed=float(acc.sum()),
-                          expected=float(alpha.sum()),
-                          variance=float((alpha * (1 - alpha)).sum()))
+                          expected=float(alpha.sum()), variance=float((alpha * (1 - alpha)).sum()))
+
 
 
 def slot_acceptance_tests(accepted: Tensor, tv: Tensor, observed: Tensor | None = None

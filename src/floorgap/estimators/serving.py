@@ -29,15 +29,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .aggregate import (
-    DEFAULT_BOOT_SEED,
-    DEFAULT_N_BOOT,
-    BootstrapResult,
-    bootstrap_transform,
-    cluster_resample,
-    paired_difference,
-    prompt_bootstrap,
-)
+from .aggregate import (DEFAULT_BOOT_SEED, DEFAULT_N_BOOT, BootstrapResult, bootstrap_transform,
+                        cluster_resample, paired_difference, prompt_bootstrap)
 
 __all__ = [
     "ServeRiskSums",
@@ -108,7 +101,7 @@ def reach(a: Tensor) -> Tensor:
     Parameters
     ----------
     a : Tensor
-        Accept factors a_i with slots on the last dim, e.g. ``[..., M, gamma]``.
+        As in :func:`survival_products`.
 
     Returns
     -------
@@ -184,7 +177,7 @@ def marginal_acceptance(a: Tensor) -> Tensor:
     Parameters
     ----------
     a : Tensor
-        ``[..., M, gamma]`` accept factors a_i on the M paths.
+        As in :func:`joint_survival`.
 
     Returns
     -------
@@ -350,11 +343,8 @@ def exact_chain_tau(p_tables: Sequence[Tensor], q_tables: Sequence[Tensor]) -> T
 
     Parameters
     ----------
-    p_tables : Sequence[Tensor]
-        One table per slot, ``p_tables[k]`` of shape ``(V,)*(k+1)``: the target's next-token
-        probabilities after every prefix z_<k.
-    q_tables : Sequence[Tensor]
-        The proposal's tables, same shapes.
+    p_tables, q_tables
+        As in :func:`exact_chain_survival`.
 
     Returns
     -------
@@ -383,16 +373,9 @@ class ServingSummary:
     tau_gap: BootstrapResult  # tau - tau_independent
 
 
-def serving_summary(
-    a: Tensor,
-    tv: Tensor,
-    clusters: Tensor | Sequence[Hashable],
-    pi: Tensor | None = None,
-    *,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = DEFAULT_BOOT_SEED,
-    level: float = 0.95,
-) -> ServingSummary:
+def serving_summary(a: Tensor, tv: Tensor, clusters: Tensor | Sequence[Hashable],
+                    pi: Tensor | None = None, *, n_boot: int = DEFAULT_N_BOOT,
+                    seed: int = DEFAULT_BOOT_SEED, level: float = 0.95) -> ServingSummary:
     """Aggregate per-path accept factors and TVs over anchors (App. F.1, F.2).
 
     ``a`` and ``tv`` are (n_anchors, M, gamma); ``clusters`` gives each anchor's prompt and
@@ -435,14 +418,8 @@ def serving_summary(
     dep = bootstrap_transform(dependence_ratio, joint, marg)
     tau = bootstrap_transform(accepted_length, joint)
     tau_ind = bootstrap_transform(independent_accepted_length, marg)
-    return ServingSummary(
-        free_risk=free,
-        serve_risk=serve,
-        serve_minus_free=paired_difference(serve, free),
-        joint_survival=joint,
-        marginal_acceptance=marg,
-        dependence=dep,
-        tau=tau,
-        tau_independent=tau_ind,
-        tau_gap=paired_difference(tau, tau_ind),
-    )
+    return ServingSummary(free_risk=free, serve_risk=serve,
+                          serve_minus_free=paired_difference(serve, free), joint_survival=joint,
+                          marginal_acceptance=marg, dependence=dep, tau=tau,
+                          tau_independent=tau_ind, tau_gap=paired_difference(tau, tau_ind))
+

@@ -32,24 +32,10 @@ from floorgap.errors import StageError
 from floorgap.models.drafters import DrafterConfig, build_drafter
 from floorgap.records import atomic_path
 
-__all__ = [
-    "CHECKPOINT_FORMAT",
-    "FINAL_FORMAT",
-    "RUN_FILE",
-    "checkpoint_files",
-    "checkpoint_path",
-    "export_epochs",
-    "final_record",
-    "frozen_fingerprint",
-    "latest_checkpoint",
-    "load_checkpoint",
-    "load_drafter_weights",
-    "load_final",
-    "run_record",
-    "save_checkpoint",
-    "trainable_layout",
-    "trainable_state",
-]
+__all__ = ["CHECKPOINT_FORMAT", "FINAL_FORMAT", "RUN_FILE", "checkpoint_files", "checkpoint_path",
+           "export_epochs", "final_record", "frozen_fingerprint", "latest_checkpoint",
+           "load_checkpoint", "load_drafter_weights", "load_final", "run_record", "save_checkpoint",
+           "trainable_layout", "trainable_state"]
 
 CHECKPOINT_FORMAT = 1
 FINAL_FORMAT = 1
@@ -61,12 +47,6 @@ _CKPT_RE = re.compile(r"^epoch-(\d{4,})\.pt$")
 # Model state and fingerprints
 
 
-def _frozen_tensors(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
-    items = [(f"param:{n}", p) for n, p in model.named_parameters() if not p.requires_grad]
-    items += [(f"buffer:{n}", b) for n, b in model.named_buffers()]
-    return items
-
-
 def frozen_fingerprint(model: nn.Module) -> str:
     """SHA-256 over names, shapes, dtypes and a strided sample of every frozen tensor.
 
@@ -74,7 +54,8 @@ def frozen_fingerprint(model: nn.Module) -> str:
     checkpoint to the target tables it was trained against without hashing gigabytes.
     """
     h = hashlib.sha256()
-    for name, t in _frozen_tensors(model):
+    frozen = [(f"param:{n}", p) for n, p in model.named_parameters() if not p.requires_grad]
+    for name, t in frozen + [(f"buffer:{n}", b) for n, b in model.named_buffers()]:
         h.update(f"{name}|{tuple(t.shape)}|{t.dtype}".encode())
         flat = t.detach().reshape(-1)
         if flat.numel():
@@ -86,17 +67,14 @@ def frozen_fingerprint(model: nn.Module) -> str:
 
 def trainable_layout(model: nn.Module) -> str:
     """SHA-256 over the names, shapes and dtypes of the trainable parameters."""
-    spec = [(n, tuple(p.shape), str(p.dtype)) for n, p in model.named_parameters() if p.requires_grad]
+    spec = [(n, tuple(p.shape), str(p.dtype)) for n, p in model.named_parameters()
+            if p.requires_grad]
     return hashlib.sha256(json.dumps(spec).encode()).hexdigest()
 
 
 def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The trainable parameters by name, detached, on the CPU."""
     return {n: p.detach().to("cpu").clone() for n, p in model.named_parameters() if p.requires_grad}
-
-
-def _unwrap(model: nn.Module) -> nn.Module:
-    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
 
 
 # --------------------------------------------------------------------------------------------
@@ -142,7 +120,8 @@ def latest_checkpoint(directory: str | os.PathLike) -> tuple[Path, dict[str, Any
         try:
             return path, load_checkpoint(path)
         except Exception as err:  # noqa: BLE001 - an unreadable file is skipped, older ones tried
-            print(f"floorgap.training: skipping unreadable checkpoint {path}: {err}", file=sys.stderr)
+            print(f"floorgap.training: skipping unreadable checkpoint {path}: {err}",
+                  file=sys.stderr)
     return None
 
 
@@ -154,7 +133,7 @@ def load_drafter_weights(model: nn.Module, checkpoint: str | os.PathLike | Mappi
     tables have the fingerprint recorded at training time. Returns the checkpoint.
     """
     ckpt = load_checkpoint(checkpoint) if not isinstance(checkpoint, Mapping) else checkpoint
-    model = _unwrap(model)
+    model = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
     if ckpt["trainable_layout"] != trainable_layout(model):
         raise ValueError("checkpoint trainable parameters do not match the model's")
     if check_frozen and ckpt["frozen_fingerprint"] != frozen_fingerprint(model):
@@ -184,19 +163,12 @@ def final_record(ckpt: Mapping[str, Any], cfg: Any, target: str, variant: Mappin
     """A trained drafter as the evaluation probe loads it: the trainable weights of a training
     checkpoint, its ``DrafterConfig`` and the training provenance."""
     return {
-        "final_format": FINAL_FORMAT,
-        "format": ckpt["format"],
-        "model": ckpt["model"],
+        "final_format": FINAL_FORMAT, "format": ckpt["format"], "model": ckpt["model"],
         "trainable_layout": ckpt["trainable_layout"],
-        "frozen_fingerprint": ckpt["frozen_fingerprint"],
-        "drafter_config": asdict(cfg),
-        "target": target,
-        "variant": dict(variant),
-        "train_config": ckpt["config"],
-        "train_config_fingerprint": ckpt["config_fingerprint"],
-        "train_data_sha256": data_sha,
-        "epochs": epochs,
-        "processes": processes,
+        "frozen_fingerprint": ckpt["frozen_fingerprint"], "drafter_config": asdict(cfg),
+        "target": target, "variant": dict(variant), "train_config": ckpt["config"],
+        "train_config_fingerprint": ckpt["config_fingerprint"], "train_data_sha256": data_sha,
+        "epochs": epochs, "processes": processes,
     }
 
 

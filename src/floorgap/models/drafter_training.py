@@ -18,43 +18,27 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from floorgap.config import ConfigError, drafter_epochs, is_checkpoint, variant_kind
 from floorgap.errors import StageError
 from floorgap.estimators.topk import topk_divergences
-from floorgap.models.checkpoints import (
-    CHECKPOINT_FORMAT,
-    RUN_FILE,
-    final_record,
-    frozen_fingerprint,
-    latest_checkpoint,
-    run_record,
-    trainable_layout,
-    trainable_state,
-)
+from floorgap.models.checkpoints import (CHECKPOINT_FORMAT, RUN_FILE, final_record,
+                                         frozen_fingerprint, latest_checkpoint, run_record,
+                                         trainable_layout, trainable_state)
 from floorgap.models.drafters import DrafterConfig, TopKTargets, build_drafter
 from floorgap.models.engine_formats import import_drafter, resolve_checkpoint
-from floorgap.models.examples import (
-    BlockExamples,
-    block_index,
-    budget_sequences,
-    load_drafter_data,
-    sequence,
-)
+from floorgap.models.examples import (BlockExamples, block_index, budget_sequences,
+                                      load_drafter_data, sequence)
 from floorgap.models.from_target import init_from_target, init_fusion_from_target, residual_scale
 from floorgap.models.lookup import fit_lookup, heldout_lookup_risk
 from floorgap.models.targets import load_target, mixed_precision, text_config
-from floorgap.models.training import TrainConfig, best_epoch, train
+from floorgap.models.training import TrainConfig, TrainResult, best_epoch, train
 from floorgap.progress import Timer
 from floorgap.records import sha256_file, write_json
 from floorgap.seeds import derive_seed, generator_for
-
-if TYPE_CHECKING:
-    from floorgap.models.drafters import DrafterConfig
-    from floorgap.models.training import TrainConfig, TrainResult
 
 # Variant keys that map onto DrafterConfig fields of another name, or that are not model fields.
 _RENAMED = {"layers": "n_layers", "heads": "n_heads"}
@@ -64,8 +48,7 @@ SCALE_SEQUENCES = 8
 
 
 # The fields that fix a decoder layer's tensor shapes; a drafter layer copies them.
-LAYER_SHAPE_FIELDS = ("num_attention_heads", "num_key_value_heads", "head_dim",
-                      "intermediate_size")
+LAYER_SHAPE_FIELDS = ("num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size")
 
 
 def _layer_shape(layer_config: Any) -> tuple[int, int, int, int]:
@@ -136,10 +119,7 @@ def drafter_config(variant: Mapping[str, Any], taps: list[int], gamma: int, targ
               "rope_theta": _rope_theta(tc)}
     if "heads" in variant:  # a drafter with its own head count keeps full multi-head attention
         fields.update(n_kv_heads=None, head_dim=None)
-    for key, value in variant.items():
-        if key in _NOT_MODEL:
-            continue
-        fields[_RENAMED.get(key, key)] = value
+    fields.update({_RENAMED.get(k, k): v for k, v in variant.items() if k not in _NOT_MODEL})
     if draft_vocab is not None:
         fields["draft_vocab"] = draft_vocab
     return DrafterConfig(**fields)
@@ -160,8 +140,7 @@ def heldout_sequences(data: Mapping[str, Any], share: float, seed: int) -> list[
 def split_sequences(data: Mapping[str, Any], spec: Mapping[str, Any]
                     ) -> tuple[list[int], list[int]]:
     """(training, held-out) sequences of a record under the spec's ``train.heldout`` share."""
-    heldout = heldout_sequences(data, float(spec["train"]["heldout"]),
-                                int(spec["seed"]))
+    heldout = heldout_sequences(data, float(spec["train"]["heldout"]), int(spec["seed"]))
     n_seq = int(data["seq_prompt_len"].shape[0])
     return sorted(set(range(n_seq)) - set(heldout)), heldout
 
@@ -193,8 +172,7 @@ def train_config(spec: Mapping[str, Any], checkpoint_dir: Path, device: str) -> 
     return TrainConfig(epochs=drafter_epochs(variant, tr),
                        patience=None if patience is None else int(patience),
                        batch_size=int(tr["batch_size"]), lr=float(tr["lr"]),
-                       warmup_steps=int(tr["warmup_steps"]),
-                       weight_decay=float(tr["weight_decay"]),
+                       warmup_steps=int(tr["warmup_steps"]), weight_decay=float(tr["weight_decay"]),
                        seed=derive_seed(int(spec["seed"]), "drafter-train",
                                        variant.get("seed_key", variant["name"])),
                        checkpoint_dir=str(checkpoint_dir), device=device,
@@ -209,12 +187,11 @@ def heldout_risk(drafter: Any, examples: BlockExamples, batch_size: int) -> dict
     lives on its nominations), teacher-forced (for order-1 kinds the realised predecessor,
     R^oracle), in the training precision. ``score`` is the mean over slots."""
     device = next(drafter.parameters()).device
-    dtype = getattr(torch, examples.autocast) if examples.autocast else None
     total = torch.zeros(drafter.gamma, dtype=torch.float64)
     n = 0
     for idx in examples.epoch_batches(batch_size, 0, 0):
         b = {k: v.to(device) for k, v in examples.gather(idx).items()}
-        with mixed_precision(device.type, dtype):
+        with mixed_precision(device.type, examples.autocast):
             out = drafter(b["features"], b["committed"], b["block_tokens"],
                           prefix_mask=b["prefix_mask"], feature_index=b["feature_index"])
         top, valid = drafter.draft_targets(TopKTargets(b["target_ids"], b["target_vals"]))
@@ -379,8 +356,7 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
     if variant.get("vocab") is not None:
         vocab = trimmed_vocabulary(data, train_seqs, int(variant["vocab"]),
                                    int(model.get_output_embeddings().weight.shape[0]))
-    cfg = drafter_config(variant, spec["taps"], gamma, text_config(model.config),
-                         draft_vocab=vocab)
+    cfg = drafter_config(variant, spec["taps"], gamma, text_config(model.config), draft_vocab=vocab)
     init = variant.get("init", "random")
     if init == "target_scaled":
         cfg.input_scale = residual_scale(model, [sequence(data, i) for i in
@@ -416,6 +392,7 @@ def train_variant(spec: Mapping[str, Any], model_dir: Path, data_path: Path, ckp
                     "stored in the record" if dataset.stored_features() else
                     "streamed: computed per batch" if dataset.stream else "computed",
                     dataset.prepare() + (held.prepare() if held else 0.0))
+
     def evaluate(core: Any) -> dict[str, Any]:
         return heldout_risk(core, held, tcfg.batch_size)
 

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -145,7 +146,7 @@ class DrafterConfig:
 
     @property
     def order(self) -> int:
-        return ORDER[self.kind]
+        return KIND_ORDER[self.kind]
 
     @property
     def sample_from_anchor(self) -> bool:
@@ -335,14 +336,6 @@ class BlockLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
-class _Shared:
-    """Holds the target's embedding and output head without registering them as submodules."""
-
-    def __init__(self, embed: nn.Module, head: nn.Module) -> None:
-        self.embed = embed
-        self.head = head
-
-
 class Backbone(nn.Module):
     """Feature fusion (``fc`` then ``hidden_norm``) + block decoder + final ``norm``. Returns the
     normalised block states h [N, R, D] (R block rows) and the fused prefix features [S, T, D].
@@ -500,8 +493,9 @@ class SlotProposal:
 class Drafter(SlotProposal, nn.Module):
     """What every kind shares: the backbone, the borrowed target tables, the trimmed draft
     vocabulary, the mask rows and the objective. A kind is a subclass (:data:`DRAFTER_CLASSES`)
-    that adds its heads and its passes (``forward``, ``propose``, ``propose_paths``, ``draft``)
-    and any auxiliary loss terms (``_aux_losses``)."""
+    that adds its heads, its passes (``forward``, ``draft``, and the heads' part of ``propose``
+    and ``propose_paths``: ``_slot_logits``, ``_path_logits``) and any auxiliary loss terms
+    (``_aux_losses``)."""
 
     kind: str = ""
 
@@ -514,7 +508,8 @@ class Drafter(SlotProposal, nn.Module):
             raise ValueError(f"a {type(self).__name__} drafts kind {self.kind!r}, not "
                              f"{cfg.kind!r} (build_drafter picks the class)")
         self.cfg = cfg
-        self._shared = _Shared(embed, head)
+        # the target's tables, held without registering them as submodules
+        self._shared = SimpleNamespace(embed=embed, head=head)
         self._head_cast: tuple[Any, Tensor] | None = None
         for p in list(embed.parameters()) + list(head.parameters()):
             p.requires_grad_(False)
@@ -558,10 +553,6 @@ class Drafter(SlotProposal, nn.Module):
             nn.init.zeros_(m.gates.weight)
 
     @property
-    def vocab_size(self) -> int:
-        return int(self.cfg.vocab_size)  # type: ignore[arg-type]
-
-    @property
     def trimmed(self) -> bool:
         return self.draft_ids is not None
 
@@ -574,7 +565,7 @@ class Drafter(SlotProposal, nn.Module):
         the draft vocabulary (q is zero there)."""
         if self.draft_ids is None:
             return logits
-        out = logits.new_full((*logits.shape[:-1], self.vocab_size), float("-inf"))
+        out = logits.new_full((*logits.shape[:-1], self.cfg.vocab_size), float("-inf"))
         return out.index_copy(-1, self.draft_ids, logits)
 
     def draft_targets(self, top: TopKTargets) -> tuple[TopKTargets, Tensor | None]:
@@ -628,8 +619,7 @@ class Drafter(SlotProposal, nn.Module):
         if prefix_mask is None:
             if feature_index is not None:
                 raise ValueError("blocks that share a context need their prefix_mask")
-            prefix_mask = torch.ones(b, features.shape[1], dtype=torch.bool,
-                                     device=features.device)
+            prefix_mask = torch.ones(b, features.shape[1], dtype=torch.bool, device=features.device)
         rows = self.cfg.block_rows
         if self.mask_embed is None:
             ids = torch.full((b, rows), self.cfg.mask_token_id, dtype=torch.long,
@@ -664,16 +654,25 @@ class Drafter(SlotProposal, nn.Module):
         logits unless the kind restricts its proposal."""
         return output.logits
 
+    @torch.no_grad()
     def propose(self, features: Tensor, committed: Tensor, predecessors: Tensor | None = None,
                 prefix_mask: Tensor | None = None) -> Tensor:
         """Proposal logits [B, G, V] for given predecessors (oracle mode).
 
         ``predecessors[:, j]`` is the predecessor of slot j + 1 (the target's realised Z_j);
-        slot 0's predecessor is ``committed``. A [B, G] block may be passed as is (its last
-        column is unused). The proposal is q_k = softmax(logits_k / temperature).
+        slot 0's predecessor is ``committed`` (order 0 ignores them). A [B, G] block may be
+        passed as is (its last column is unused). The proposal is q_k = softmax(logits_k /
+        temperature).
         """
-        raise NotImplementedError
+        h, ctx, u, pm = self._block(features, committed, prefix_mask)
+        pred = None
+        if self.order:
+            if predecessors is None:
+                raise ValueError(f"{self.kind} needs predecessors")
+            pred = self._shift(committed, predecessors, self.cfg.gamma)
+        return self._slot_logits(h, ctx, u, pm, pred)
 
+    @torch.no_grad()
     def propose_paths(self, features: Tensor, committed: Tensor, predecessors: Tensor,
                       prefix_mask: Tensor | None = None, slots: Sequence[int] | None = None
                       ) -> Tensor:
@@ -686,7 +685,26 @@ class Drafter(SlotProposal, nn.Module):
         reads the output head only at ``slots``: the evaluation probe's self chain asks for one
         slot at a time. Returns [M, S, V] (S = len(slots), all slots by default).
         """
+        if features.shape[0] != 1:
+            raise ValueError("propose_paths takes one context (features of batch size 1)")
+        ks = list(range(self.cfg.gamma)) if slots is None else [int(k) for k in slots]
+        h, ctx, u, pm = self._block(features, committed, prefix_mask)
+        m = predecessors.shape[0]
+        pred = self._shift(committed.view(1).expand(m), predecessors, self.cfg.gamma)[:, ks]
+        return self._path_logits(ks, h, ctx, u[:, ks], pm, pred)
+
+    def _slot_logits(self, h: Tensor, ctx: Tensor, u: Tensor, pm: Tensor,
+                     pred: Tensor | None) -> Tensor:
+        """:meth:`propose`'s logits [B, G, V] from the block pass, one predecessor per slot
+        (pred [B, G]; None for order 0)."""
         raise NotImplementedError
+
+    def _path_logits(self, ks: list[int], h: Tensor, ctx: Tensor, u: Tensor, pm: Tensor,
+                     pred: Tensor) -> Tensor:
+        """:meth:`propose_paths`'s logits [M, S, V] at slots ``ks`` (u [1, S, N] there) for
+        the M predecessor rows ``pred`` [M, S] of one context: :meth:`_slot_logits`, for the
+        kinds whose slot logits broadcast over the rows."""
+        return self._slot_logits(h[:, ks], ctx, u, pm, pred).expand(len(pred), -1, -1)
 
     def draft(self, features: Tensor, committed: Tensor, prefix_mask: Tensor | None = None,
               temperature: float = 1.0, generator: torch.Generator | None = None) -> Draft:
@@ -696,21 +714,19 @@ class Drafter(SlotProposal, nn.Module):
         tokens and, per slot, the logits of the proposal that drew them."""
         raise NotImplementedError
 
-    def _one_path(self, features: Tensor, committed: Tensor, predecessors: Tensor,
-                  prefix_mask: Tensor | None, slots: Sequence[int] | None
-                  ) -> tuple[list[int], Tensor, Tensor, Tensor, Tensor, int]:
-        """The shared start of :meth:`propose_paths`: (slots, h, ctx, u at the slots, the prefix
-        mask, M)."""
-        if features.shape[0] != 1:
-            raise ValueError("propose_paths takes one context (features of batch size 1)")
-        ks = list(range(self.cfg.gamma)) if slots is None else [int(k) for k in slots]
-        h, ctx, u, pm = self._block(features, committed, prefix_mask)
-        return ks, h, ctx, u[:, ks], pm, predecessors.shape[0]
+    def _chain(self, u: Tensor, committed: Tensor, temperature: float,
+               generator: torch.Generator | None, bias: Any = None) -> Draft:
+        """:meth:`draft` slot by slot from u_k plus ``bias(z_{k-1})`` (slot 0: the committed
+        token), when a slot reads nothing else of its predecessor."""
+        tokens, rows, prev = [], [], committed.view(u.shape[0])
+        for k in range(u.shape[1]):
+            row = u[:, k] if bias is None else u[:, k] + bias(prev)
+            prev = self.to_target_ids(_pick(row, temperature, generator))
+            tokens.append(prev)
+            rows.append(row)
+        return Draft(tokens=torch.stack(tokens, 1), logits=self.full_vocab(torch.stack(rows, 1)))
 
     # ---- objective
-    def slot_weights(self, g: int, device: Any = None) -> Tensor:
-        return slot_weights(g, self.cfg.slot_decay, device)
-
     def loss(self, output: DrafterOutput, targets: Tensor | TopKTargets | None,
              block_tokens: Tensor) -> tuple[Tensor, dict[str, float]]:
         """:func:`block_objective` on the draft vocabulary plus the kind's auxiliary terms
@@ -726,7 +742,7 @@ class Drafter(SlotProposal, nn.Module):
             top, valid = self.draft_targets(TopKTargets.of(targets))
         tokens = block_tokens if self.target_to_draft is None else \
             self.target_to_draft[block_tokens]
-        w = self.slot_weights(output.logits.shape[1], output.logits.device)
+        w = slot_weights(output.logits.shape[1], self.cfg.slot_decay, output.logits.device)
         total, parts, tv = block_objective(output.logits, top, valid, tokens, objective,
                                            w / w.sum(), needs_p)
         for name, (weight, value) in self._aux_losses(output, top, valid, tv, w / w.sum()).items():
@@ -797,27 +813,16 @@ class DFlashDrafter(Drafter):
         u = self._block(features, committed, prefix_mask, feature_index)[2]
         return DrafterOutput(logits=u, base_logits=u)
 
-    @torch.no_grad()
-    def propose(self, features: Tensor, committed: Tensor, predecessors: Tensor | None = None,
-                prefix_mask: Tensor | None = None) -> Tensor:
-        """The predecessors are ignored (order 0)."""
-        return self.full_vocab(self._block(features, committed, prefix_mask)[2])
-
-    @torch.no_grad()
-    def propose_paths(self, features: Tensor, committed: Tensor, predecessors: Tensor,
-                      prefix_mask: Tensor | None = None, slots: Sequence[int] | None = None
-                      ) -> Tensor:
-        _, _, _, u, _, m = self._one_path(features, committed, predecessors, prefix_mask, slots)
-        return self.full_vocab(u).expand(m, -1, -1)
+    def _slot_logits(self, h: Tensor, ctx: Tensor, u: Tensor, pm: Tensor,
+                     pred: Tensor | None) -> Tensor:
+        return self.full_vocab(u)
 
     @torch.no_grad()
     def draft(self, features: Tensor, committed: Tensor, prefix_mask: Tensor | None = None,
               temperature: float = 1.0, generator: torch.Generator | None = None) -> Draft:
         """The slots are drawn independently from one parallel pass."""
         u = self._block(features, committed, prefix_mask)[2]
-        tokens = torch.stack([_pick(u[:, k], temperature, generator)
-                              for k in range(u.shape[1])], 1)
-        return Draft(tokens=self.to_target_ids(tokens), logits=self.full_vocab(u))
+        return self._chain(u, committed, temperature, generator)
 
 
 class _Order1Drafter(Drafter):
@@ -844,11 +849,6 @@ class _Order1Drafter(Drafter):
         logits, conf = self._order1(h, ctx, u, pm, pred, feature_index)
         return DrafterOutput(logits=logits, base_logits=u, confidence=conf,
                              nomination_logits=self._nomination_logits(u))
-
-    def _predecessors(self, committed: Tensor, predecessors: Tensor | None) -> Tensor:
-        if predecessors is None:
-            raise ValueError(f"{self.kind} needs predecessors")
-        return self._shift(committed, predecessors, self.cfg.gamma)
 
     def _aux_losses(self, output: DrafterOutput, top: TopKTargets | None, valid: Tensor | None,
                     tv: Tensor | None, weights: Tensor) -> dict[str, tuple[float, Tensor]]:
@@ -877,34 +877,17 @@ class DSparkDrafter(_Order1Drafter):
         bias, a = self.markov_head(pred)                                      # [B,G,N], [B,G,r]
         return u + bias.float(), self.confidence_head(h, a)
 
-    @torch.no_grad()
-    def propose(self, features: Tensor, committed: Tensor, predecessors: Tensor | None = None,
-                prefix_mask: Tensor | None = None) -> Tensor:
-        h, ctx, u, pm = self._block(features, committed, prefix_mask)
-        pred = self._predecessors(committed, predecessors)
-        return self.full_vocab(self._order1(h, ctx, u, pm, pred)[0])
-
-    @torch.no_grad()
-    def propose_paths(self, features: Tensor, committed: Tensor, predecessors: Tensor,
-                      prefix_mask: Tensor | None = None, slots: Sequence[int] | None = None
-                      ) -> Tensor:
-        ks, _, _, u, _, m = self._one_path(features, committed, predecessors, prefix_mask, slots)
-        pred = self._shift(committed.view(1).expand(m), predecessors, self.cfg.gamma)[:, ks]
-        return self.full_vocab(u + self.markov_head(pred)[0].float())         # [M, S, V]
+    def _slot_logits(self, h: Tensor, ctx: Tensor, u: Tensor, pm: Tensor,
+                     pred: Tensor | None) -> Tensor:
+        return self.full_vocab(u + self.markov_head(pred)[0].float())
 
     @torch.no_grad()
     def draft(self, features: Tensor, committed: Tensor, prefix_mask: Tensor | None = None,
               temperature: float = 1.0, generator: torch.Generator | None = None) -> Draft:
         """Each slot adds B(A[z_{k-1}]) for the drafter's own previous token."""
         u = self._block(features, committed, prefix_mask)[2]
-        b, g = u.shape[:2]
-        tokens, rows, prev = [], [], committed.view(b)
-        for k in range(g):
-            row = u[:, k] + self.markov_head(prev)[0].float()
-            prev = self.to_target_ids(_pick(row, temperature, generator))
-            tokens.append(prev)
-            rows.append(row)
-        return Draft(tokens=torch.stack(tokens, 1), logits=self.full_vocab(torch.stack(rows, 1)))
+        return self._chain(u, committed, temperature, generator,
+                           lambda prev: self.markov_head(prev)[0].float())
 
 
 class PrefixAttentionDrafter(_Order1Drafter):
@@ -950,28 +933,20 @@ class PrefixAttentionDrafter(_Order1Drafter):
                          device=scores.device, dtype=scores.dtype)
         return out.scatter(-1, self.to_target_ids(succ), scores)
 
-    @torch.no_grad()
-    def propose(self, features: Tensor, committed: Tensor, predecessors: Tensor | None = None,
-                prefix_mask: Tensor | None = None) -> Tensor:
-        """The logits are -inf outside the top-K nominations of u_k, so q_k is normalised over
-        the nominated successors and zero elsewhere."""
-        h, ctx, u, pm = self._block(features, committed, prefix_mask)
-        pred = self._predecessors(committed, predecessors)
+    def _slot_logits(self, h: Tensor, ctx: Tensor, u: Tensor, pm: Tensor,
+                     pred: Tensor | None) -> Tensor:
+        """-inf outside the top-K nominations of u_k, so q_k is normalised over the nominated
+        successors and zero elsewhere."""
         succ = u.topk(self.cfg.nominate_k, dim=-1).indices                    # [B, G, K]
         scores = self._pair_scores(h, ctx, u, pm, pred[:, :, None], succ)[:, :, 0]
         return self._scatter(scores, succ)
 
-    @torch.no_grad()
-    def propose_paths(self, features: Tensor, committed: Tensor, predecessors: Tensor,
-                      prefix_mask: Tensor | None = None, slots: Sequence[int] | None = None
-                      ) -> Tensor:
-        ks, h, ctx, u, pm, m = self._one_path(features, committed, predecessors, prefix_mask,
-                                              slots)
-        pred = self._shift(committed.view(1).expand(m), predecessors, self.cfg.gamma)[:, ks]
+    def _path_logits(self, ks: list[int], h: Tensor, ctx: Tensor, u: Tensor, pm: Tensor,
+                     pred: Tensor) -> Tensor:
         succ = u.topk(self.cfg.nominate_k, dim=-1).indices                    # [1, S, K]
         # the M predecessors are M hypotheses of one context: [1, S, M] -> scores [1, S, M, K]
         scores = self._pair_scores(h[:, ks], ctx, u, pm, pred.T[None], succ)[0]
-        return self._scatter(scores.transpose(0, 1), succ.expand(m, -1, -1))  # [M, S, V]
+        return self._scatter(scores.transpose(0, 1), succ.expand(len(pred), -1, -1))
 
     @torch.no_grad()
     def draft(self, features: Tensor, committed: Tensor, prefix_mask: Tensor | None = None,
@@ -1016,7 +991,6 @@ class PrefixAttentionDrafter(_Order1Drafter):
 DRAFTER_CLASSES: dict[str, type[Drafter]] = {
     c.kind: c for c in (DFlashDrafter, DSparkDrafter, PrefixAttentionDrafter)}
 KINDS = tuple(DRAFTER_CLASSES)
-ORDER = {k: KIND_ORDER[k] for k in KINDS}
 
 
 @dataclass

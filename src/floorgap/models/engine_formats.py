@@ -62,9 +62,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, fields, replace
 from pathlib import Path
@@ -76,24 +73,12 @@ from torch import Tensor, nn
 from floorgap.config import KIND_ORDER
 from floorgap.models.drafters import Drafter, DrafterConfig, build_drafter
 from floorgap.models.targets import dtype_name, text_config
+from floorgap.records import atomic_dir
 
-__all__ = [
-    "CONFIG_FILE",
-    "FORMATS",
-    "INDEX_FILE",
-    "WEIGHTS_FILE",
-    "BLOCK_LAYOUTS",
-    "ENGINE_LAYOUTS",
-    "declared_layout",
-    "describe_folder",
-    "detect_format",
-    "export_drafter",
-    "file_tensor_name",
-    "import_drafter",
-    "layout_reading",
-    "read_engine_config",
-    "resolve_checkpoint",
-]
+__all__ = ["CONFIG_FILE", "FORMATS", "INDEX_FILE", "WEIGHTS_FILE", "BLOCK_LAYOUTS",
+           "ENGINE_LAYOUTS", "declared_layout", "describe_folder", "detect_format",
+           "export_drafter", "file_tensor_name", "import_drafter", "layout_reading",
+           "read_engine_config", "resolve_checkpoint"]
 
 FORMATS = ("dflash", "dspark", "speculators", "floorgap")
 CONFIG_FILE = "config.json"
@@ -220,29 +205,15 @@ def _check_exportable(cfg: DrafterConfig, fmt: str) -> None:
 
 def _qwen3_fields(cfg: DrafterConfig, dtype: torch.dtype, max_positions: int) -> dict[str, Any]:
     """The Qwen3 decoder config of the drafter's layers (what engines build them from)."""
-    return {
-        "model_type": "qwen3",
-        "hidden_size": cfg.hidden_size,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.n_kv_heads or cfg.n_heads,
-        "head_dim": cfg.head_dim or cfg.hidden_size // cfg.n_heads,
-        "intermediate_size": cfg.intermediate_size,
-        "hidden_act": "silu",
-        "rms_norm_eps": cfg.rms_eps,
-        "rope_theta": cfg.rope_theta,
-        "max_position_embeddings": max_positions,
-        "vocab_size": cfg.vocab_size,
-        "attention_bias": False,
-        "tie_word_embeddings": False,
-        "torch_dtype": dtype_name(dtype),
-    }
-
-
-def _markov_keys(cfg: DrafterConfig) -> dict[str, Any]:
-    """DSpark's top-level keys: a vanilla Markov head whose embedding feeds the confidence."""
-    return {"markov_rank": cfg.markov_rank, "markov_head_type": "vanilla",
-            "enable_confidence_head": True, "confidence_head_with_markov": True}
+    return {"model_type": "qwen3", "hidden_size": cfg.hidden_size,
+            "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+            "num_key_value_heads": cfg.n_kv_heads or cfg.n_heads,
+            "head_dim": cfg.head_dim or cfg.hidden_size // cfg.n_heads,
+            "intermediate_size": cfg.intermediate_size, "hidden_act": "silu",
+            "rms_norm_eps": cfg.rms_eps, "rope_theta": cfg.rope_theta,
+            "max_position_embeddings": max_positions, "vocab_size": cfg.vocab_size,
+            "attention_bias": False, "tie_word_embeddings": False,
+            "torch_dtype": dtype_name(dtype)}
 
 
 def _export_config(cfg: DrafterConfig, fmt: str, dtype: torch.dtype, depth: int,
@@ -250,30 +221,38 @@ def _export_config(cfg: DrafterConfig, fmt: str, dtype: torch.dtype, depth: int,
                    target_architecture: str | None) -> dict[str, Any]:
     qwen3 = _qwen3_fields(cfg, dtype, max_positions)
     if fmt == "speculators":
-        return _speculators_config(cfg, qwen3, target_name, target_architecture)
-    if fmt == "dspark":
-        return _dspark_config(cfg, qwen3, depth)
+        config = _speculators_config(cfg, qwen3, target_name, target_architecture)
+    elif fmt == "dspark":
+        config = _dspark_config(cfg, qwen3, depth)
+    else:
+        config = _draft_model_config(cfg, fmt, qwen3, depth)
+    if cfg.kind == "dspark":  # a vanilla Markov head whose embedding feeds the confidence
+        config.update(markov_rank=cfg.markov_rank, markov_head_type="vanilla",
+                      enable_confidence_head=True, confidence_head_with_markov=True)
+    if cfg.draft_vocab is not None:
+        config["draft_vocab_size"] = cfg.draft_vocab_size
+    return config
+
+
+def _draft_model_config(cfg: DrafterConfig, fmt: str, qwen3: dict[str, Any], depth: int
+                        ) -> dict[str, Any]:
+    """The ``dflash`` and ``floorgap`` layouts' config."""
     arch = _FLOORGAP_ARCH[cfg.kind] if fmt == "floorgap" else _ENGINE_ARCH[fmt]
     config: dict[str, Any] = {
         "architectures": [arch], **qwen3,
-        "block_size": cfg.block_rows,
-        "target_hidden_size": cfg.target_hidden,
+        "block_size": cfg.block_rows, "target_hidden_size": cfg.target_hidden,
         "dflash_config": {"block_size": cfg.block_rows, "target_layer_ids": list(cfg.taps),
                           "mask_token_id": cfg.mask_token_id, "num_target_layers": depth},
+        # the block layout, declared: engines that read it run the rows as trained, and
+        # `floorgap check` refuses a DFlash folder that does not say
+        "sample_from_anchor": cfg.sample_from_anchor,
     }
-    if cfg.kind == "dspark":
-        config.update(_markov_keys(cfg))
-    # the block layout, declared: engines that read it run the rows as trained, and
-    # `floorgap check` refuses a DFlash folder that does not say
-    config["sample_from_anchor"] = cfg.sample_from_anchor
     if cfg.kind != "dflash":
         config.update(mask_token_id=cfg.mask_token_id, enable_confidence_head=True)
-    if cfg.draft_vocab is not None:
-        config["draft_vocab_size"] = cfg.draft_vocab_size
     if fmt == "floorgap":
         # the import reads the vocabulary from d2t and the mask embedding from its file, as in
         # the other layouts
-        config.update(sample_from_anchor=cfg.sample_from_anchor, floorgap_config=asdict(cfg))
+        config["floorgap_config"] = asdict(cfg)
     return config
 
 
@@ -285,27 +264,19 @@ def _dspark_config(cfg: DrafterConfig, qwen3: dict[str, Any], depth: int) -> dic
         "block_size": cfg.block_rows, "num_target_layers": depth,
         "target_layer_ids": list(cfg.taps), "mask_token_id": cfg.mask_token_id,
     }
-    if cfg.kind == "dspark":
-        config.update(_markov_keys(cfg))
-    else:  # DeepSpec's DFlash: no Markov head, no confidence head
+    if cfg.kind != "dspark":  # DeepSpec's DFlash: no Markov head, no confidence head
         config.update(markov_rank=0, enable_confidence_head=False)
-    if cfg.draft_vocab is not None:
-        config["draft_vocab_size"] = cfg.draft_vocab_size
     return config
 
 
 def _speculators_config(cfg: DrafterConfig, qwen3: dict[str, Any], target_name: str | None,
                         target_architecture: str | None) -> dict[str, Any]:
-    config: dict[str, Any] = {
-        "architectures": [_SPECULATORS_ARCH[cfg.kind]],
-        "speculators_model_type": cfg.kind,
-        "transformer_layer_config": qwen3,
-        "draft_vocab_size": cfg.draft_vocab_size,
-        "block_size": cfg.block_rows,
-        "target_hidden_size": cfg.target_hidden,
+    return {
+        "architectures": [_SPECULATORS_ARCH[cfg.kind]], "speculators_model_type": cfg.kind,
+        "transformer_layer_config": qwen3, "draft_vocab_size": cfg.draft_vocab_size,
+        "block_size": cfg.block_rows, "target_hidden_size": cfg.target_hidden,
         "aux_hidden_state_layer_ids": [t + 1 for t in cfg.taps],
-        "mask_token_id": cfg.mask_token_id,
-        "sample_from_anchor": cfg.sample_from_anchor,
+        "mask_token_id": cfg.mask_token_id, "sample_from_anchor": cfg.sample_from_anchor,
         "torch_dtype": qwen3["torch_dtype"],
         "speculators_config": {
             "algorithm": cfg.kind,
@@ -315,14 +286,10 @@ def _speculators_config(cfg: DrafterConfig, qwen3: dict[str, Any], target_name: 
                          "architectures": [target_architecture] if target_architecture else []},
         },
     }
-    if cfg.kind == "dspark":
-        config.update(_markov_keys(cfg))
-    return config
 
 
 # An export's own files, and the marker Snakemake leaves in a directory output.
-_EXPORT_FILES = (CONFIG_FILE, WEIGHTS_FILE, INDEX_FILE, MASK_EMBEDDING_FILE,
-                 ".snakemake_timestamp")
+_EXPORT_FILES = (CONFIG_FILE, WEIGHTS_FILE, INDEX_FILE, MASK_EMBEDDING_FILE, ".snakemake_timestamp")
 
 
 def _write_folder(dest: Path, config: dict[str, Any], tensors: dict[str, Tensor],
@@ -331,24 +298,12 @@ def _write_folder(dest: Path, config: dict[str, Any], tensors: dict[str, Tensor]
 
     if dest.exists() and not _is_export(dest):
         raise ValueError(f"{dest} exists and is not a drafter checkpoint folder; not replacing it")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
-    try:
+    with atomic_dir(dest) as tmp:
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         if mask is not None:
             with open(tmp / MASK_EMBEDDING_FILE, "wb") as fh:
                 torch.save(mask, fh)   # a file object: the bytes do not depend on its name
-        # mkdtemp makes a 0700 folder; give the export the permissions of an ordinary folder
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)
-        for f in tmp.iterdir():   # safetensors writes through a private temporary file
-            os.chmod(f, 0o666 & ~umask)
-        _swap_in(tmp, dest)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return dest
 
 
@@ -357,22 +312,6 @@ def _is_export(path: Path) -> bool:
     return path.is_dir() and all(
         p.name in _EXPORT_FILES or (p.name.startswith("model-") and p.suffix == ".safetensors")
         for p in path.iterdir())
-
-
-def _swap_in(tmp: Path, dest: Path) -> None:
-    """Rename ``tmp`` onto ``dest``; an existing ``dest`` is moved aside first (a folder cannot
-    be replaced in one rename) and deleted once the new one is in place."""
-    if not dest.exists():
-        os.replace(tmp, dest)
-        return
-    old = dest.with_name(f".{dest.name}.old-{secrets.token_hex(4)}")
-    os.replace(dest, old)
-    try:
-        os.replace(tmp, dest)
-    except OSError:
-        os.replace(old, dest)
-        raise
-    shutil.rmtree(old)
 
 
 # --------------------------------------------------------------------------------------------
@@ -537,25 +476,21 @@ def _draft_model_fields(config: Mapping[str, Any], fmt: str, where: str) -> dict
 
 
 def _speculators_fields(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    from transformers import Qwen3Config
+
     kind = config["speculators_model_type"]
     if kind not in _SPECULATORS_ARCH:
         raise ValueError(f"{where}: speculators model type {kind!r} is not supported; expected "
                          f"one of {sorted(_SPECULATORS_ARCH)}")
     # written as a diff (to_diff_dict): what it leaves out is Qwen3's default
-    out = _layer_fields({**_qwen3_defaults(), **_need(config, "transformer_layer_config", where)},
-                        where)
+    layer = _need(config, "transformer_layer_config", where)
+    out = _layer_fields({**Qwen3Config().to_dict(), **layer}, where)
     aux = _need(config, "aux_hidden_state_layer_ids", where)
     taps = [int(t) - 1 for t in aux]  # hidden_states[0] is the embedding output
     # speculators' DFlash always had DFlash rows; its DSpark took anchor rows with the key
     return _block_fields(out, config, kind, int(_need(config, "block_size", where)), taps,
                          config.get("mask_token_id"), where,
                          anchor=False if kind == "dflash" else None)
-
-
-def _qwen3_defaults() -> dict[str, Any]:
-    from transformers import Qwen3Config
-
-    return Qwen3Config().to_dict()
 
 
 def _floorgap_fields(config: Mapping[str, Any], where: str) -> dict[str, Any]:

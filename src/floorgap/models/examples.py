@@ -89,8 +89,6 @@ class BlockExamples:
                  *, max_blocks: int | None = None, seed: int = 0,
                  autocast: str | None = None, sequences: Sequence[int] | None = None,
                  stream: bool = False) -> None:
-
-
         self.data, self.target, self.taps, self.gamma = data, target_model, list(taps), gamma
         self.autocast = autocast  # the training precision; the features follow it
         self.stream = stream

@@ -49,7 +49,8 @@ def init_from_target(drafter: Drafter, target_model: nn.Module) -> list[int]:
                 raise ValueError(f"{name}: drafter shape {tuple(a.shape)} != target layer {i}'s "
                                  f"{tuple(b.shape)}; keep the target's heads and widths")
             a.copy_(b.detach().to(a.dtype))
-    drafter.backbone.norm.weight.copy_(decoder.norm.weight.detach().to(drafter.backbone.norm.weight.dtype))
+    norm = drafter.backbone.norm.weight
+    norm.copy_(decoder.norm.weight.detach().to(norm.dtype))
     return picked
 
 
@@ -61,8 +62,7 @@ def init_fusion_from_target(drafter: Drafter, target_model: nn.Module) -> int:
     The tap is the stream entering that layer (tap L - n_layers - 1, the output of the layer
     below), so the first layer's context keys and values start as the target's own. Returns
     that tap."""
-    decoder = _decoder(target_model)
-    layers = list(decoder.layers)
+    layers = list(_decoder(target_model).layers)
     first = len(layers) - drafter.cfg.n_layers
     taps, width = list(drafter.cfg.taps), drafter.cfg.target_hidden
     if first - 1 not in taps:
@@ -131,11 +131,11 @@ def target_features(target_model: nn.Module, input_ids: Tensor, attention_mask: 
 def target_features_and_logits(target_model: nn.Module, input_ids: Tensor, taps: list[int],
                                logits_to_keep: int) -> tuple[Tensor, Tensor]:
     """One forward of an unpadded batch ``input_ids`` [B, T] for a drafter's inputs and the
-    target's own laws (training data, replay): the features at ``taps`` for every position [B, T, n_taps * H] (as
-    :func:`target_features` reads them) and the logits of the last ``logits_to_keep``
-    positions [B, logits_to_keep, V]. The output head, the costly part of a long prompt's
-    forward, runs only on the positions kept (all of them on a model that would otherwise skip
-    layers at the other positions)."""
+    target's own laws (training data, replay): the features at ``taps`` for every position
+    [B, T, n_taps * H] (as :func:`target_features` reads them) and the logits of the last
+    ``logits_to_keep`` positions [B, logits_to_keep, V]. The output head, the costly part of a
+    long prompt's forward, runs only on the positions kept (all of them on a model that would
+    otherwise skip layers at the other positions)."""
     keep = int(logits_to_keep)
     out = target_model(input_ids=input_ids, output_hidden_states=True, use_cache=False,
                        logits_to_keep=keep)

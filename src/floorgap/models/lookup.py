@@ -144,10 +144,6 @@ class LookupProposal(SlotProposal):
         self.tables = list(tables)                      # one per slot, or one (bigram)
 
     # ---- the drafters' interface (gamma and order: SlotProposal)
-    @property
-    def vocab_size(self) -> int:
-        return self.cfg.vocab_size
-
     def _rows(self, slot: int, cond: Tensor) -> Tensor:
         """q_slot(. | cond) [n, V] float64."""
         if self.cfg.kind == "unigram":
@@ -246,8 +242,7 @@ def heldout_lookup_risk(fit: LookupProposal, data: Mapping[str, Any],
         q = fit._probs_at(k, cond, data["target_ids"][rows])
         tv = topk_tv(data["target_vals"][rows].double(), q)
         by_slot.append(float(tv.mean()) if len(tv) else 0.0)
-    return {"tv_by_slot": by_slot, "score": sum(by_slot) / len(by_slot),
-            "blocks": int(len(seq))}
+    return {"tv_by_slot": by_slot, "score": sum(by_slot) / len(by_slot), "blocks": int(len(seq))}
 
 
 def fit_lookup(kind: str, data: Mapping[str, Any], train_seqs: Sequence[int],

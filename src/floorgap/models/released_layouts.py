@@ -32,26 +32,48 @@ from safetensors.torch import save_file
 
 # heads 32 wide: vLLM's CPU attention has no kernel for narrower ones (the rehearsal serves these)
 HEADS, KV_HEADS, HEAD_DIM, INTER = 2, 1, 32, 96
+LAYERS = 2
 
 
-def _qwen3_layer_keys(hidden: int, vocab: int, layers: int) -> dict:
+def _sizes(target, seed: int) -> tuple[int, int, torch.Generator]:
+    """The target's hidden width and vocabulary, and the folder's seeded generator."""
+    return (int(target.config.hidden_size), int(target.config.vocab_size),
+            torch.Generator().manual_seed(seed))
+
+
+def _target_tables(target) -> dict:
+    """Copies of the target's embedding and head, as some releases carry them."""
+    return {"embed_tokens.weight": target.get_input_embeddings().weight.detach().clone(),
+            "lm_head.weight": target.get_output_embeddings().weight.detach().clone()}
+
+
+def _markov_tensors(vocab: int, hidden: int, rank: int, gen: torch.Generator,
+                    scale: float = 1.0) -> dict:
+    """A vanilla Markov head (its two maps times ``scale``) and the confidence head."""
+    return {"markov_head.markov_w1.weight": scale * torch.randn(vocab, rank, generator=gen),
+            "markov_head.markov_w2.weight": scale * torch.randn(vocab, rank, generator=gen),
+            "confidence_head.proj.weight": torch.randn(1, hidden + rank, generator=gen),
+            "confidence_head.proj.bias": torch.randn(1, generator=gen)}
+
+
+def _qwen3_layer_keys(hidden: int, vocab: int) -> dict:
     return {"model_type": "qwen3", "hidden_size": hidden, "intermediate_size": INTER,
-            "num_hidden_layers": layers, "num_attention_heads": HEADS,
+            "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
             "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM, "vocab_size": vocab,
             "rms_norm_eps": 1e-6, "hidden_act": "silu", "attention_bias": False,
             "max_position_embeddings": 40960,
             "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
             "tie_word_embeddings": False, "use_sliding_window": False, "sliding_window": None,
-            "max_window_layers": layers, "layer_types": ["full_attention"] * layers,
+            "max_window_layers": LAYERS, "layer_types": ["full_attention"] * LAYERS,
             "bos_token_id": 151643, "eos_token_id": 151645}
 
 
-def _backbone(hidden: int, layers: int, taps: int, gen: torch.Generator) -> dict:
+def _backbone(hidden: int, taps: int, gen: torch.Generator) -> dict:
     def r(*shape):
         return 0.05 * torch.randn(*shape, generator=gen)
     t = {"fc.weight": r(hidden, taps * hidden), "hidden_norm.weight": 1 + r(hidden),
          "norm.weight": 1 + r(hidden)}
-    for i in range(layers):
+    for i in range(LAYERS):
         p = f"layers.{i}."
         t.update({p + "self_attn.q_proj.weight": r(HEADS * HEAD_DIM, hidden),
                   p + "self_attn.k_proj.weight": r(KV_HEADS * HEAD_DIM, hidden),
@@ -68,7 +90,7 @@ def _backbone(hidden: int, layers: int, taps: int, gen: torch.Generator) -> dict
 
 
 def _write(folder: Path, config: dict, tensors: dict) -> Path:
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
     return folder
@@ -78,12 +100,9 @@ def deepspec_folder(folder: Path, target, taps: list[int], *, block_size: int,
                     markov_rank: int, mask_token_id: int, seed: int = 0) -> Path:
     """A ``deepseek-ai/{dflash,dspark}_*_block<B>`` folder: markov_rank 0 is their DFlash
     (no Markov head, confidence off), above 0 their DSpark (vanilla head, confidence on)."""
-    hidden = int(target.config.hidden_size)
-    vocab = int(target.config.vocab_size)
-    layers = 2
-    gen = torch.Generator().manual_seed(seed)
+    hidden, vocab, gen = _sizes(target, seed)
     confidence = markov_rank > 0
-    config = {"architectures": ["Qwen3DSparkModel"], **_qwen3_layer_keys(hidden, vocab, layers),
+    config = {"architectures": ["Qwen3DSparkModel"], **_qwen3_layer_keys(hidden, vocab),
               "num_target_layers": int(target.config.num_hidden_layers),
               "block_size": block_size, "mask_token_id": mask_token_id,
               "target_layer_ids": list(taps), "num_anchors": 512,
@@ -93,18 +112,10 @@ def deepspec_folder(folder: Path, target, taps: list[int], *, block_size: int,
         config["confidence_head_with_markov"] = True
     if markov_rank > 0:
         config["markov_head_type"] = "vanilla"
-    tensors = _backbone(hidden, layers, len(taps), gen)
     # frozen copies of the target's tables (DeepSpec's base_trainer), which the engines may skip
-    tensors["embed_tokens.weight"] = target.get_input_embeddings().weight.detach().clone()
-    tensors["lm_head.weight"] = target.get_output_embeddings().weight.detach().clone()
+    tensors = {**_backbone(hidden, len(taps), gen), **_target_tables(target)}
     if markov_rank > 0:
-        tensors["markov_head.markov_w1.weight"] = 0.5 * torch.randn(vocab, markov_rank,
-                                                                    generator=gen)
-        tensors["markov_head.markov_w2.weight"] = 0.5 * torch.randn(vocab, markov_rank,
-                                                                    generator=gen)
-        tensors["confidence_head.proj.weight"] = torch.randn(1, hidden + markov_rank,
-                                                             generator=gen)
-        tensors["confidence_head.proj.bias"] = torch.randn(1, generator=gen)
+        tensors.update(_markov_tensors(vocab, hidden, markov_rank, gen, scale=0.5))
     return _write(folder, config, tensors)
 
 
@@ -112,11 +123,8 @@ def zlab_dflash_folder(folder: Path, target, taps: list[int], *, block_size: int
                        mask_token_id: int, layer_types: list[str] | None = None,
                        seed: int = 1) -> Path:
     """A z-lab ``*-DFlash-b<B>`` folder."""
-    hidden = int(target.config.hidden_size)
-    vocab = int(target.config.vocab_size)
-    layers = 2
-    gen = torch.Generator().manual_seed(seed)
-    keys = _qwen3_layer_keys(hidden, vocab, layers)
+    hidden, vocab, gen = _sizes(target, seed)
+    keys = _qwen3_layer_keys(hidden, vocab)
     del keys["rope_parameters"]
     keys["rope_theta"] = 1000000.0
     if layer_types is not None:
@@ -125,7 +133,7 @@ def zlab_dflash_folder(folder: Path, target, taps: list[int], *, block_size: int
               "auto_map": {"AutoModel": "dflash.DFlashDraftModel"}, **keys,
               "block_size": block_size, "num_target_layers": int(target.config.num_hidden_layers),
               "dflash_config": {"mask_token_id": mask_token_id, "target_layer_ids": list(taps)}}
-    return _write(folder, config, _backbone(hidden, layers, len(taps), gen))
+    return _write(folder, config, _backbone(hidden, len(taps), gen))
 
 
 def speculators_folder(folder: Path, target, taps: list[int], *, kind: str, block_size: int,
@@ -133,17 +141,14 @@ def speculators_folder(folder: Path, target, taps: list[int], *, kind: str, bloc
                        sample_from_anchor: bool | None = None, seed: int = 2) -> Path:
     """A speculators DFlash/DSpark folder (RedHatAI's ``*-speculator.dspark`` with
     ``sliding``); ``sample_from_anchor`` None leaves the key out, as exports before it existed."""
-    hidden = int(target.config.hidden_size)
-    vocab = int(target.config.vocab_size)
-    layers, rank = 2, 8
-    gen = torch.Generator().manual_seed(seed)
+    hidden, vocab, gen = _sizes(target, seed)
     # to_diff_dict: the keys equal to the base config's defaults are not written
     layer = {"model_type": "qwen3", "vocab_size": vocab, "hidden_size": hidden,
-             "intermediate_size": INTER, "num_hidden_layers": layers,
+             "intermediate_size": INTER, "num_hidden_layers": LAYERS,
              "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
              "head_dim": HEAD_DIM, "max_position_embeddings": 40960,
              "tie_word_embeddings": False,
-             "layer_types": ["sliding_attention" if sliding else "full_attention"] * layers,
+             "layer_types": ["sliding_attention" if sliding else "full_attention"] * LAYERS,
              "use_sliding_window": sliding, "sliding_window": 2048 if sliding else None}
     config = {"architectures": ["DSparkDraftModel" if kind == "dspark" else "DFlashDraftModel"],
               "speculators_model_type": kind, "speculators_version": "0.7.0",
@@ -158,16 +163,11 @@ def speculators_folder(folder: Path, target, taps: list[int], *, kind: str, bloc
               "mask_token_id": mask_token_id, "sliding_window_non_causal": False}
     if sample_from_anchor is not None:
         config["sample_from_anchor"] = sample_from_anchor
-    tensors = _backbone(hidden, layers, len(taps), gen)
-    tensors["embed_tokens.weight"] = target.get_input_embeddings().weight.detach().clone()
-    tensors["lm_head.weight"] = target.get_output_embeddings().weight.detach().clone()
+    tensors = {**_backbone(hidden, len(taps), gen), **_target_tables(target)}
     if kind == "dspark":
-        config.update(markov_rank=rank, markov_head_type="vanilla", enable_confidence_head=True,
+        config.update(markov_rank=8, markov_head_type="vanilla", enable_confidence_head=True,
                       confidence_head_with_markov=True)
-        tensors["markov_head.markov_w1.weight"] = torch.randn(vocab, rank, generator=gen)
-        tensors["markov_head.markov_w2.weight"] = torch.randn(vocab, rank, generator=gen)
-        tensors["confidence_head.proj.weight"] = torch.randn(1, hidden + rank, generator=gen)
-        tensors["confidence_head.proj.bias"] = torch.randn(1, generator=gen)
+        tensors.update(_markov_tensors(vocab, hidden, 8, gen))
     return _write(folder, config, tensors)
 
 

@@ -259,7 +259,6 @@ def decode_with_targets(model: Any, prompts: Sequence[Sequence[int]], seeds: Seq
     feats: list[list[torch.Tensor]] = [[] for _ in range(n)]
     finished = [False] * n
 
-
     # batch position -> prompt index, shortest prompt first (the prefill groups pad least)
     rows = sorted(range(n), key=lambda i: (len(prompts[i]), i))
     cache, mask, pos, logits, prompt_feats = _prefill(

@@ -30,8 +30,6 @@ import importlib.metadata
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -40,7 +38,7 @@ import torch
 
 from floorgap import __version__ as floorgap_version
 from floorgap.errors import StageError
-from floorgap.records import sha256_file, write_json
+from floorgap.records import atomic_dir, sha256_file, write_json
 
 log = logging.getLogger("floorgap.models")
 
@@ -184,11 +182,9 @@ def _from_hub(auto_cls: Any, source: dict[str, Any], **kwargs: Any) -> Any:
 
 def special_token_ids(tokenizer: Any) -> list[int]:
     """Every id the tokenizer treats as special: ``all_special_ids`` plus added special tokens."""
-    ids = set(int(i) for i in tokenizer.all_special_ids)
-    for idx, added in getattr(tokenizer, "added_tokens_decoder", {}).items():
-        if getattr(added, "special", False):
-            ids.add(int(idx))
-    return sorted(ids)
+    added = getattr(tokenizer, "added_tokens_decoder", {}).items()
+    return sorted({int(i) for i in tokenizer.all_special_ids}
+                  | {int(i) for i, tok in added if getattr(tok, "special", False)})
 
 
 def eos_token_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
@@ -269,7 +265,8 @@ def _gguf_model(source: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
         del config.quantization_config
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(gguf_model.state_dict(), strict=False)
-    missing = [k for k in missing if not _is_tied(model, k)]
+    tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    missing = [k for k in missing if not (tied and k == "lm_head.weight")]
     if missing or unexpected:
         raise StageError(f"GGUF weights do not match the model: missing {missing}, "
                          f"unexpected {unexpected}")
@@ -278,10 +275,6 @@ def _gguf_model(source: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
     prov = {"package": source["package"], "package_version": version, "file": path.name,
             "gguf_sha256": sha256_file(path)}
     return model, tok, prov | {"_reference": gguf_model}
-
-
-def _is_tied(model: Any, key: str) -> bool:
-    return key == "lm_head.weight" and bool(getattr(model.config, "tie_word_embeddings", False))
 
 
 # A random source's architecture: its transformers config and model class names.
@@ -354,16 +347,6 @@ def _hub_model(source: dict[str, Any], dtype: torch.dtype) -> tuple[Any, Any, di
                         "commit": getattr(model.config, "_commit_hash", None)}
 
 
-def _make_readable(folder: Path) -> None:
-    """Give the built folder the permissions a plain mkdir/open would (mkdtemp uses 0700)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    folder.chmod(0o777 & ~umask)
-    for child in folder.iterdir():
-        if child.is_file():
-            child.chmod(0o666 & ~umask)
-
-
 def _logits(model: Any, ids: list[list[int]]) -> torch.Tensor:
     with torch.no_grad():
         return model(torch.tensor(ids)).logits.float()
@@ -414,19 +397,12 @@ def _model_info(spec: dict[str, Any], prov: dict[str, Any], model: Any, tok: Any
     config = model.config
     text = text_config(config)
     return {
-        "name": spec.get("name"),
-        "spec": spec,
-        "source_kind": spec["source"].get("kind"),
-        "source": prov,
-        "architecture": config.model_type,
-        "model_class": type(model).__name__,
+        "name": spec.get("name"), "spec": spec, "source_kind": spec["source"].get("kind"),
+        "source": prov, "architecture": config.model_type, "model_class": type(model).__name__,
         "parameters": int(sum(p.numel() for p in model.parameters())),
-        "vocab_size": int(text.vocab_size),
-        "tokenizer_size": len(tok),
-        "num_hidden_layers": int(text.num_hidden_layers),
-        "hidden_size": int(text.hidden_size),
-        "dtype": dtype_name(dtype),
-        "device": spec["device"],
+        "vocab_size": int(text.vocab_size), "tokenizer_size": len(tok),
+        "num_hidden_layers": int(text.num_hidden_layers), "hidden_size": int(text.hidden_size),
+        "dtype": dtype_name(dtype), "device": spec["device"],
         "chat_template": bool(getattr(tok, "chat_template", None)),
         "template_supports_thinking": template_supports_thinking(tok),
         "enable_thinking": bool(spec["enable_thinking"]),
@@ -453,9 +429,7 @@ def materialise(spec: dict[str, Any], out_dir: str | os.PathLike[str]) -> dict[s
     model, tok, prov = source_model(spec["source"], dtype)
     reference = prov.pop("_reference", model)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
+    with atomic_dir(out) as tmp:
         model = model.to(dtype)
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
@@ -463,13 +437,6 @@ def materialise(spec: dict[str, Any], out_dir: str | os.PathLike[str]) -> dict[s
         verify = _verify_saved(tmp, model, reference, tok, dtype) if kind != "hub" else {}
         info = _model_info(spec, prov, model, tok, dtype, t0) | verify
         write_json(tmp / MODEL_INFO, info)
-        _make_readable(tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     log.info("materialised %s (%s, %d parameters, %s) into %s in %.1f s", spec.get("name"),
              kind, info["parameters"], info["dtype"], out, time.perf_counter() - t0)
     return info

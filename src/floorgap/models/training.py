@@ -31,7 +31,7 @@ steps and the trajectory do not depend on the number of processes beyond floatin
 reduction order. Only rank 0 writes checkpoints and logs. Run under ``torchrun`` (the drafters
 stage re-executes itself so) or in-process with :func:`launch`.
 
-Size: about 650 lines, one training loop and what it owns: the learning-rate schedule, exact
+Size: about 600 lines, one training loop and what it owns: the learning-rate schedule, exact
 resume (optimiser, scheduler and generator states), the data-parallel launch and the epoch
 log; each is a few short functions that only this loop calls.
 """
@@ -58,30 +58,17 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from floorgap.models.checkpoints import (
-    checkpoint_files,
-    checkpoint_path,
-    frozen_fingerprint,
-    latest_checkpoint,
-    load_drafter_weights,
-    save_checkpoint,
-    trainable_layout,
-    trainable_state,
-)
+from floorgap.models.checkpoints import (checkpoint_files, checkpoint_path, frozen_fingerprint,
+                                         latest_checkpoint, load_drafter_weights, save_checkpoint,
+                                         trainable_layout, trainable_state)
 from floorgap.models.drafters import TopKTargets
 from floorgap.models.targets import mixed_precision
+from floorgap.progress import progress as progress_bar
 from floorgap.records import atomic_path, best_epoch
 from floorgap.seeds import derive_seed
 
-__all__ = [
-    "Examples",
-    "TrainConfig",
-    "TrainResult",
-    "best_epoch",
-    "init_distributed",
-    "launch",
-    "train",
-]
+__all__ = ["Examples", "TrainConfig", "TrainResult", "best_epoch", "init_distributed", "launch",
+           "train"]
 
 LOG_NAME = "log.jsonl"
 # Keys of log records that measure time; they differ between otherwise identical runs.
@@ -154,10 +141,6 @@ class TrainResult:
     checkpoint: str | None
     log: list[dict[str, Any]] = field(default_factory=list)
 
-    @property
-    def losses(self) -> list[float]:
-        return [e["loss"] for e in self.epochs]
-
 
 # --------------------------------------------------------------------------------------------
 # Data
@@ -223,13 +206,9 @@ def _seed_epoch(seed: int, epoch: int, rank: int) -> None:
 
 
 def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    decay, no_decay = [], []
-    for _, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (decay if p.ndim >= 2 else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
     return [g for g in groups if g["params"]]
 
 
@@ -270,8 +249,7 @@ def init_distributed(backend: str | None = None) -> tuple[int, int]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return 0, 1
-    if backend is None:
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend=backend)
@@ -323,8 +301,7 @@ def launch(fn: Callable[..., Any], nprocs: int, *args: Any, backend: str | None 
     and a free port; the backend defaults to NCCL with at least ``nprocs`` GPUs, gloo otherwise.
     Returns each rank's return value (which must be picklable by ``torch.save``).
     """
-    if backend is None:
-        backend = "nccl" if torch.cuda.device_count() >= nprocs else "gloo"
+    backend = backend or ("nccl" if torch.cuda.device_count() >= nprocs else "gloo")
     with tempfile.TemporaryDirectory(prefix="floorgap-launch-") as outdir:
         mp.spawn(_launch_entry, args=(nprocs, _free_port(), backend, fn, args, outdir),
                  nprocs=nprocs, join=True)
@@ -351,14 +328,6 @@ class _JsonLog:
         if self.path is not None:
             with open(self.path, "a") as fh:
                 fh.write(json.dumps(record) + "\n")
-
-
-def _progress_bar(enabled: bool, total: int, initial: int, desc: str):
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=initial, desc=desc, dynamic_ncols=True, leave=True)
 
 
 @dataclass
@@ -388,8 +357,7 @@ class _Totals:
         """The sums over every rank (one all-reduce; the same sums on a single process)."""
         flat = _all_reduce_sum([self.loss, *self.parts.values(), self.examples, self.tokens],
                                device)
-        return _Totals(self.names, flat[0], dict(zip(self.names, flat[1:-2])), flat[-2],
-                       flat[-1])
+        return _Totals(self.names, flat[0], dict(zip(self.names, flat[1:-2])), flat[-2], flat[-1])
 
     def means(self) -> dict[str, Any]:
         return {"loss": self.loss / self.examples,
@@ -420,10 +388,6 @@ class _Run:
     tokens: int = 0
     seconds: float = 0.0
     last_ckpt: Path | None = None
-
-    @property
-    def amp_dtype(self) -> torch.dtype | None:
-        return getattr(torch, self.config.autocast_dtype) if self.config.autocast_dtype else None
 
 
 def _optimizer(core: nn.Module, config: TrainConfig, total_steps: int
@@ -490,7 +454,7 @@ def _train_step(run: _Run, epoch: int, step: int, idx: torch.Tensor, local: torc
     share = len(local) * run.world / len(idx)
     batch = {k: v.to(run.device, non_blocking=True) for k, v in run.dataset.gather(local).items()}
     targets = TopKTargets(batch["target_ids"].long(), batch["target_vals"])
-    with mixed_precision(run.device.type, run.amp_dtype):
+    with mixed_precision(run.device.type, cfg.autocast_dtype):
         out = run.wrapped(batch["features"], batch["committed"], batch["block_tokens"],
                           prefix_mask=batch["prefix_mask"], feature_index=batch["feature_index"])
         loss, parts = run.core.loss(out, targets, batch["block_tokens"])
@@ -522,17 +486,12 @@ def _checkpoint_epoch(run: _Run, epochs_done: int) -> None:
     if run.rank == 0:
         cfg_fp, frozen_fp, layout = run.fingerprints
         save_checkpoint(run.last_ckpt, {
-            "epoch": epochs_done,
-            "global_step": run.global_step,
-            "model": trainable_state(run.core),
-            "optimizer": run.optimizer.state_dict(),
-            "scheduler": run.scheduler.state_dict(),
-            "rng": _rng_state(),
+            "epoch": epochs_done, "global_step": run.global_step,
+            "model": trainable_state(run.core), "optimizer": run.optimizer.state_dict(),
+            "scheduler": run.scheduler.state_dict(), "rng": _rng_state(),
             "config": {**dataclasses.asdict(run.config), "betas": list(run.config.betas)},
-            "config_fingerprint": cfg_fp,
-            "frozen_fingerprint": frozen_fp,
-            "trainable_layout": layout,
-            "log": list(run.log.records),
+            "config_fingerprint": cfg_fp, "frozen_fingerprint": frozen_fp,
+            "trainable_layout": layout, "log": list(run.log.records),
         })
     if run.world > 1:
         dist.barrier()
@@ -554,10 +513,7 @@ def _finish_epoch(run: _Run, epoch: int, totals: _Totals, steps: int, t0: float)
         with torch.no_grad():
             record["heldout"] = run.evaluate(run.core)
         run.wrapped.train()
-    if run.rank == 0:
-        run.log.write(record)
-    else:
-        run.log.records.append(record)
+    run.log.write(record)  # only rank 0's log has a file
     if run.ckpt_dir is not None:
         _checkpoint_epoch(run, epoch + 1)
 
@@ -581,9 +537,8 @@ def _train_epoch(run: _Run, epoch: int) -> None:
         if (cfg.log_every and (step + 1) % cfg.log_every == 0) or step == len(batches) - 1:
             _log_window(run, epoch, lr, window)
             window = _Totals.zero(window.names)
-        if run.bar is not None:
-            run.bar.update(1)
-            run.bar.set_postfix(epoch=epoch + 1, loss=f"{float(loss.detach()):.4f}")
+        run.bar.update(1)
+        run.bar.set_postfix(epoch=epoch + 1, loss=f"{float(loss.detach()):.4f}")
     _finish_epoch(run, epoch, totals, len(batches), t0)
 
 
@@ -595,8 +550,8 @@ def _patience_spent(epochs: Sequence[Mapping[str, Any]], patience: int | None) -
     return int(epochs[-1]["epoch"]) - best >= patience
 
 
-def train(model: nn.Module, dataset: Examples, config: TrainConfig, *, resume: bool = True, progress: bool = True,
-          before_step: Callable[[dict[str, Any]], None] | None = None,
+def train(model: nn.Module, dataset: Examples, config: TrainConfig, *, resume: bool = True,
+          progress: bool = True, before_step: Callable[[dict[str, Any]], None] | None = None,
           evaluate: Callable[[nn.Module], dict[str, Any]] | None = None) -> TrainResult:
     """Train ``model`` on ``dataset`` for ``config.epochs`` epochs (see the module docstring).
 
@@ -632,9 +587,10 @@ def train(model: nn.Module, dataset: Examples, config: TrainConfig, *, resume: b
                optimizer=optimizer, scheduler=scheduler, log=log, ckpt_dir=ckpt_dir,
                fingerprints=fingerprints, before_step=before_step, evaluate=evaluate,
                global_step=start_epoch * steps_per_epoch, last_ckpt=last_ckpt)
-    run.bar = _progress_bar(progress and rank == 0, steps_per_epoch * config.epochs,
-                            run.global_step, "drafter")
+    run.bar = progress_bar(total=steps_per_epoch * config.epochs, initial=run.global_step,
+                           desc="drafter", disable=not (progress and rank == 0))
     run.wrapped.train()
+
     def done() -> list[dict[str, Any]]:
         return [r for r in run.log.records if r.get("kind") == "epoch"]
 
@@ -644,10 +600,8 @@ def train(model: nn.Module, dataset: Examples, config: TrainConfig, *, resume: b
                 break
             _train_epoch(run, epoch)
     finally:
-        if run.bar is not None:
-            run.bar.close()
-    return TrainResult(epochs=done(),
-                       steps=run.global_step,
+        run.bar.close()
+    return TrainResult(epochs=done(), steps=run.global_step,
                        tokens_per_s=run.tokens / run.seconds if run.seconds else 0.0,
                        seconds=run.seconds, resumed_from=start_epoch,
                        checkpoint=str(run.last_ckpt) if run.last_ckpt else None,

@@ -182,9 +182,8 @@ def read_anchor(client: Any, endpoint: Endpoint, prompt: Any, *, n_paths: int, g
     if len(choices) != n_paths:
         raise StageError(f"the endpoint returned {len(choices)} choices for n={n_paths}: it must "
                          "honour n (or set api_floors.paths to what it allows)")
-    reads = sorted((parse_choice(c, endpoint.route, i) for i, c in enumerate(choices)),
-                   key=lambda r: r.path)
-    return reads
+    return sorted((parse_choice(c, endpoint.route, i) for i, c in enumerate(choices)),
+                  key=lambda r: r.path)
 
 
 # ----------------------------------------------------------------------------------- journal

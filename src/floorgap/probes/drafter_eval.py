@@ -225,25 +225,19 @@ def anchor_eval_records(anchor_id: str, ev: AnchorEval
     n_paths, gamma = ev.tokens.shape
     # R_k = path mean of TV(p_k^(r), q_k^(r)); paths on dim 0 of the [M, G] per-path TVs
     risk = ev.tv.mean(0)
-    if ev.tv_self is None:
-        r_oracle = r_self = risk
-    else:
-        r_oracle, r_self = risk, ev.tv_self.mean(0)
+    r_oracle, r_self = risk, (risk if ev.tv_self is None else ev.tv_self.mean(0))
     expo = exposure(r_self, r_oracle)
     diff = ev.logp_abs_diff
     mism = (diff > LOGP_ATOL).sum(0)
     nan = float("nan")
-    paths = []
-    for r in range(n_paths):
-        for k in range(gamma):
-            paths.append(PathSlotRecord(
-                anchor_id=anchor_id, path=r, slot=k, committed_token=ev.committed,
-                token=int(ev.tokens[r, k]), p_tok=float(ev.p_tok[r, k]),
-                q_tok=float(ev.q_tok[r, k]), tv=float(ev.tv[r, k]),
-                accept=float(ev.accept[r, k]),
-                self_token=-1 if ev.self_tokens is None else int(ev.self_tokens[r, k]),
-                q_self_tok=nan if ev.q_self_tok is None else float(ev.q_self_tok[r, k]),
-                tv_self=nan if ev.tv_self is None else float(ev.tv_self[r, k])))
+    paths = [PathSlotRecord(
+        anchor_id=anchor_id, path=r, slot=k, committed_token=ev.committed,
+        token=int(ev.tokens[r, k]), p_tok=float(ev.p_tok[r, k]), q_tok=float(ev.q_tok[r, k]),
+        tv=float(ev.tv[r, k]), accept=float(ev.accept[r, k]),
+        self_token=-1 if ev.self_tokens is None else int(ev.self_tokens[r, k]),
+        q_self_tok=nan if ev.q_self_tok is None else float(ev.q_self_tok[r, k]),
+        tv_self=nan if ev.tv_self is None else float(ev.tv_self[r, k]))
+        for r in range(n_paths) for k in range(gamma)]
     slots = [SlotRiskRecord(anchor_id=anchor_id, slot=k, order=ev.order, risk=float(risk[k]),
                             risk_oracle=float(r_oracle[k]), risk_self=float(r_self[k]),
                             exposure=float(expo[k]), logp_mismatches=int(mism[k]),
@@ -275,10 +269,7 @@ def load_trained_drafter(path: str | Path, target: Any, gamma: int | None = None
     layout and the frozen-table fingerprint when the file records them; ``gamma`` is unused.
     """
     if Path(path).is_dir() and (Path(path) / "config.json").is_file():
-        drafter = import_drafter(path, target, gamma=gamma)
-        drafter.eval()
-        drafter.requires_grad_(False)
-        return drafter
+        return import_drafter(path, target, gamma=gamma).eval().requires_grad_(False)
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     if "lookup_format" in ckpt:
         return LookupProposal.from_record(ckpt)
@@ -296,9 +287,7 @@ def load_trained_drafter(path: str | Path, target: Any, gamma: int | None = None
         with torch.no_grad():
             for name, value in ckpt["model"].items():
                 params[name].copy_(value.to(params[name].device))
-    drafter.eval()
-    drafter.requires_grad_(False)
-    return drafter
+    return drafter.eval().requires_grad_(False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -392,12 +381,10 @@ def evaluate_shard(target: Any, drafters: Sequence[Any], labels: Sequence[str], 
     ``anchor_id`` and ``anchor_seed``, their ``contexts``): p_k^(r) once per anchor
     (:func:`anchor_target`), then each drafter's proposals and records."""
     out = ShardEval.empty(labels)
-    bar = progress(total=len(anchors), desc=desc, unit="anchor")
-    for a, ctx in zip(anchors.itertuples(index=False), contexts):
+    for a, ctx in progress(zip(anchors.itertuples(index=False), contexts), total=len(anchors),
+                           desc=desc, unit="anchor"):
         tokens, logp = path_arrays(paths_by_anchor[a.anchor_id], gamma)
         at = anchor_target(target, ctx, tokens, logp, law=law, forward_batch=forward_batch)
         out.target_seconds.append(at.seconds)
         _evaluate_drafters_at(out, target, drafters, labels, at, a, law=law, logger=logger)
-        bar.update()
-    bar.close()
     return out

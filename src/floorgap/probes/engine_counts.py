@@ -47,9 +47,8 @@ class EngineCounts:
             raise StageError("the engine's per-position counters changed length between two "
                              "readings: the server restarted or serves another draft length")
         return EngineCounts(
-            drafts=self.drafts - before.drafts,
+            drafts=self.drafts - before.drafts, accepted=self.accepted - before.accepted,
             draft_tokens=self.draft_tokens - before.draft_tokens,
-            accepted=self.accepted - before.accepted,
             accepted_per_pos=tuple(a - b for a, b in zip(self.accepted_per_pos,
                                                          before.accepted_per_pos)))
 

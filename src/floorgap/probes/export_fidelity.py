@@ -61,8 +61,7 @@ def compare_drafters(target: Any, reference: Any, candidate: Any,
     """The candidate's proposals against the reference's at every slot, over the anchors
     ``contexts`` with their target blocks ``blocks`` (each [G]). Raises ValueError when the two
     do not draft the same slots or orders (a structural mismatch, itself a layout fault)."""
-    if int(candidate.gamma) != int(reference.gamma) or int(candidate.order) != int(
-            reference.order):
+    if (int(candidate.gamma), int(candidate.order)) != (int(reference.gamma), int(reference.order)):
         raise ValueError(f"the folder drafts {candidate.gamma} slots of order {candidate.order}, "
                          f"the reference {reference.gamma} of order {reference.order}")
     if not contexts:

@@ -44,14 +44,13 @@ def variant_floor_rows(model: Any, anchors: pd.DataFrame, corpus: pd.DataFrame, 
     split-half, split-half and plug-in T^(1), ...) from one sampling pass at max(paths)."""
     contexts = anchor_contexts(corpus, anchors)
     rows: list[dict[str, Any]] = []
-    with progress(total=len(anchors), desc=desc, unit="anchor") as bar:
-        for a, ctx in zip(anchors.itertuples(index=False), contexts):
-            block = sample_block(model, ctx, n_paths=max(paths), gamma=gamma, law=law,
-                                 anchor_seed=int(a.anchor_seed), forward_batch=forward_batch)
-            for n in sorted(paths):
-                _, floors = anchor_records(a.anchor_id, first_paths(block, n), store_top_k=1)
-                rows += [{**asdict(f), "domain": a.domain, "paths": n} for f in floors]
-            log.info("anchor %s: %d paths x %d slots in %.1f s", a.anchor_id, max(paths), gamma,
-                     block.seconds)
-            bar.update(1)
+    for a, ctx in progress(zip(anchors.itertuples(index=False), contexts), total=len(anchors),
+                           desc=desc, unit="anchor"):
+        block = sample_block(model, ctx, n_paths=max(paths), gamma=gamma, law=law,
+                             anchor_seed=int(a.anchor_seed), forward_batch=forward_batch)
+        for n in sorted(paths):
+            _, floors = anchor_records(a.anchor_id, first_paths(block, n), store_top_k=1)
+            rows += [{**asdict(f), "domain": a.domain, "paths": n} for f in floors]
+        log.info("anchor %s: %d paths x %d slots in %.1f s", a.anchor_id, max(paths), gamma,
+                 block.seconds)
     return rows

@@ -350,8 +350,8 @@ def probe_anchors(model: Any, anchors: pd.DataFrame, corpus: pd.DataFrame, *,
     orders = [int(m) for m in cfg["orders"]]
     contexts = anchor_contexts(corpus, anchors)
     run = MIRun(rows=[], n_screened=0, screen_seconds=[], measure_seconds=[])
-    bar = progress(total=len(anchors), desc=desc, unit="anchor")
-    for a, ctx in zip(anchors.itertuples(index=False), contexts):
+    for a, ctx in progress(zip(anchors.itertuples(index=False), contexts), total=len(anchors),
+                           desc=desc, unit="anchor"):
         screen, measured = probe_anchor(model, a, ctx, cfg=cfg, gamma=gamma, law=law,
                                         forward_batch=forward_batch)
         run.screen_seconds.append(screen.seconds)
@@ -360,8 +360,6 @@ def probe_anchors(model: Any, anchors: pd.DataFrame, corpus: pd.DataFrame, *,
             run.measure_seconds.append(measured.seconds)
         run.rows += anchor_cells(a, screen, measured, screened=measured is not None,
                                  gamma=gamma, orders=orders)
-        bar.update()
-    bar.close()
     return run
 
 

@@ -29,15 +29,9 @@ import pandas as pd
 import torch
 
 from floorgap.data.anchors import anchor_contexts
-from floorgap.estimators.floors import (
-    alternating_split,
-    floor_order0_split,
-    floor_order1_plugin,
-    floor_order1_reweighted,
-    floor_order1_split,
-    order0_path_tv,
-    reveal_weights,
-)
+from floorgap.estimators.floors import (alternating_split, floor_order0_split,
+                                        floor_order1_plugin, floor_order1_reweighted,
+                                        floor_order1_split, order0_path_tv, reveal_weights)
 from floorgap.estimators.support import effective_support
 from floorgap.estimators.truncation import topk_sparse
 from floorgap.models.shared_prefix import decode_forward, path_cache, sibling_logits
@@ -234,8 +228,8 @@ def roll_out_anchors(model: Any, anchors: pd.DataFrame, corpus: pd.DataFrame, *,
     path and floor records (T^(0), T^(1), N_eff per slot)."""
     contexts = anchor_contexts(corpus, anchors)
     run = RolloutRun(path_rows=[], floor_rows=[], seconds=[])
-    bar = progress(total=len(anchors), desc=desc, unit="anchor")
-    for a, ctx in zip(anchors.itertuples(index=False), contexts):
+    for a, ctx in progress(zip(anchors.itertuples(index=False), contexts), total=len(anchors),
+                           desc=desc, unit="anchor"):
         block = sample_block(model, ctx, n_paths=int(cfg["paths"]), gamma=gamma, law=law,
                              anchor_seed=int(a.anchor_seed),
                              forward_batch=int(cfg["forward_batch"]),
@@ -246,6 +240,4 @@ def roll_out_anchors(model: Any, anchors: pd.DataFrame, corpus: pd.DataFrame, *,
         run.seconds.append(block.seconds)
         log.info("anchor %s: context %d tokens, %.2f s, T0 by slot %s", a.anchor_id,
                  len(ctx), block.seconds, " ".join(f"{f.t0:.3f}" for f in floors))
-        bar.update()
-    bar.close()
     return run

@@ -41,7 +41,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -301,10 +300,8 @@ def _stop(proc: subprocess.Popen) -> None:
     core and worker processes outlive the API server and would hold their memory."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        pass
     deadline = time.monotonic() + 30
     while _group_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -471,10 +468,7 @@ SGLANG_PROPOSED = ("spec_num_proposed_drafts", "spec_proposed_drafts")
 
 
 def _first_count(meta: Mapping[str, Any], names: Sequence[str]) -> int:
-    for name in names:
-        if meta.get(name) is not None:
-            return int(meta[name])
-    return 0
+    return next((int(meta[name]) for name in names if meta.get(name) is not None), 0)
 
 
 def sglang_spec_counts(meta: Mapping[str, Any], completion_tokens: int) -> dict[str, Any]:
@@ -503,23 +497,17 @@ def serve_run(spec: EngineSpec, *, target: str, system: str, task: str,
     """Send ``rows`` to a running engine with at most ``concurrency`` requests in flight and
     time the whole run (client side). Requests keep the rows' order in the result."""
     send = _vllm_request if spec.engine == "vllm" else _sglang_request
-    lock = threading.Lock()
-    results: dict[int, dict[str, Any]] = {}
 
-    def one(i: int) -> None:
-        out = send(spec.base_url, rows[i], temperature, int(seeds[i]), max_tokens, timeout_s)
-        with lock:
-            results[i] = out
+    def one(i: int) -> dict[str, Any]:
+        return send(spec.base_url, rows[i], temperature, int(seeds[i]), max_tokens, timeout_s)
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, int(concurrency))) as pool:
-        for fut in [pool.submit(one, i) for i in range(len(rows))]:
-            fut.result()
+        results = list(pool.map(one, range(len(rows))))
     wall = time.perf_counter() - t0
     requests = []
-    for i, row in enumerate(rows):
-        r = results[i]
-        drafting = spec.kind is not None
+    drafting = spec.kind is not None
+    for i, (row, r) in enumerate(zip(rows, results)):
         steps = r["spec_steps"]
         if drafting and steps is None:
             raise StageError(f"{spec.engine} returned no speculative-decoding counts for "
@@ -540,7 +528,6 @@ def serve_run(spec: EngineSpec, *, target: str, system: str, task: str,
             step_accepted=list(r["steps"])))
     run = ServedRun(target=target, system=system, engine=spec.engine, task=task,
                     temperature=float(temperature), concurrency=int(concurrency),
-                    requests=len(rows), completion_tokens=sum(q.completion_tokens
-                                                              for q in requests),
-                    wall_s=wall)
+                    requests=len(rows),
+                    completion_tokens=sum(q.completion_tokens for q in requests), wall_s=wall)
     return requests, run

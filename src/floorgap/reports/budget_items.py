@@ -30,18 +30,8 @@ import numpy as np
 import pandas as pd
 
 from floorgap.records import best_epoch
-from floorgap.reports.common import (
-    GapSummary,
-    epoch_of,
-    fmt,
-    fmt_signed,
-    gap_ci,
-    item_figure,
-    macro_name,
-    save_item_figure,
-    tex_text,
-    write_item_table,
-)
+from floorgap.reports.common import (GapSummary, epoch_of, fmt, fmt_signed, gap_ci, item_figure,
+                                     macro_name, save_item_figure, tex_text, write_item_table)
 
 __all__ = ["figE_drafter_learning", "tableE_drafter_budget", "study_runs"]
 
@@ -113,9 +103,7 @@ def study_runs(inputs: Mapping[str, Path], spec: Mapping[str, Any]) -> pd.DataFr
         row.update({"risk": stat, "tau": s.get("tau", label),
                     "tau_lower": s.get("tau", label, field="lower"),
                     "tau_upper": s.get("tau", label, field="upper"), "label": label})
-        for k in s.slots:
-            row[f"R_{k}"] = s.get(stat, label, k)
-        rows.append(row)
+        rows.append(row | {f"R_{k}": s.get(stat, label, k) for k in s.slots})
     if not rows:
         raise ValueError(f"{inputs['summary']} holds no records of the study drafters (is it "
                          "the budget summary?)")
@@ -211,7 +199,7 @@ def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
     axes[1].set_xlabel("training blocks (kept weights)")
     base = _base_curve(data)   # the (b) recipe the changed arms are set against
     ref = {int(b): r for b, r in base.set_index("blocks").iterrows()}
-    names = [f"{r['drafter']}" for _, r in changes.iterrows()]
+    names = list(changes["drafter"])
     y = np.arange(len(names))
     if len(names):
         axes[2].plot(changes["R_0"], y, "o", label="$R_0$")

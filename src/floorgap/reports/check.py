@@ -43,12 +43,13 @@ it states:
 * **layout**: the block layout the folder declares against the one the check's engine runs
   (:data:`floorgap.models.engine_formats.ENGINE_LAYOUTS`), known before anything is served.
 
-Which faults the offline part alone sees: with a reference, every fault of the folder (block
-rows shifted, a wrong mask token, the taps' columns permuted, the taps offset) shows in the
-export verdict before anything is served, named from the folder beside the reference. Without one, none does: the folder reads as a drafter and its numbers look
-like a poorly trained one's. The served part then still shows where the engine reads the folder
-otherwise than floorgap does (or samples otherwise, like the CPU sampler fault
-:mod:`floorgap.engine_plugins` mends), but not a fault both read alike.
+Which faults the offline part alone sees: with a reference, every fault of the folder (block rows
+shifted, a wrong mask token, the taps' columns permuted, the taps offset) shows in the export
+verdict before anything is served, named from the folder beside the reference. Without one, none
+does: the folder reads as a drafter and its numbers look like a poorly trained one's. The served
+part then still shows where the engine reads the folder otherwise than floorgap does (or samples
+otherwise, like the CPU sampler fault :mod:`floorgap.engine_plugins` mends), but not a fault both
+read alike.
 
 For several drafters, each pair's paired difference in tau on the same anchors and paths (and
 in risk by slot when both are of one order), with its interval: "a accepts longer than b" only
@@ -66,13 +67,8 @@ from typing import Any
 import pandas as pd
 
 from floorgap.analysis.lookup_verdicts import LOOKUP_DIFF
-from floorgap.reports.decomposition import (
-    Decomposition,
-    decompose,
-    plain_interval,
-    plain_number,
-)
 from floorgap.reports.common import GapSummary
+from floorgap.reports.decomposition import Decomposition, decompose, plain_interval, plain_number
 
 __all__ = ["FIDELITY_TV", "FLOOR_SHARE", "GREEDY_SHARE", "MIN_ACTIVE_ROUNDS", "MIN_DRAFTS",
            "ORDER_PARTS", "SERVED_Z", "CheckReport", "Comparison", "DrafterCheck", "ServedCheck",
@@ -102,7 +98,7 @@ MIN_DRAFTS = 10.0
 MIN_ACTIVE_ROUNDS = 5
 #: Per order: (floor, gap, gap share, risk) statistics of the decomposition, and the risk's name.
 ORDER_PARTS = {0: ("T0", "G0", "G0_share", "R", "R"),
-          1: ("T1", "G1", "G1_share", "R_oracle", "R^oracle")}
+               1: ("T1", "G1", "G1_share", "R_oracle", "R^oracle")}
 
 
 @dataclass(frozen=True)
@@ -458,9 +454,7 @@ def drafter_check(gaps: GapSummary, d: Decomposition,
     verdict, when an engine would serve its folder; the export verdict from its fidelity
     record, when it has a reference; the engine verdict from its served check, when it was
     served)."""
-    gain = pd.DataFrame([{"slot": k, **{f: gaps.get("dtau_br", d.drafter, k, field=f)
-                                        for f in ("estimate", "lower", "upper")}}
-                         for k in range(d.gamma)])
+    gain = _by_slot(gaps, "dtau_br", d.drafter, d.gamma)
     verdicts = [export_verdict(d.drafter, fidelity),
                 engine_verdict(d.drafter, served, why_not_served)]
     verdicts += [v for v in (counters_verdict(d.drafter, served), layout) if v is not None]
@@ -469,18 +463,21 @@ def drafter_check(gaps: GapSummary, d: Decomposition,
     return DrafterCheck(d, gain, verdicts, served)
 
 
+def _by_slot(gaps: GapSummary, statistic: str, variant: str, gamma: int) -> pd.DataFrame:
+    """``slot, estimate, lower, upper`` of one statistic at every slot."""
+    return pd.DataFrame([{"slot": k, **gaps.fields(statistic, variant, k)} for k in range(gamma)])
+
+
 def comparison(gaps: GapSummary, a: Decomposition, b: Decomposition, level: float
                ) -> Comparison:
     """``a`` minus ``b`` from the gaps summary's contrast ``a-b``."""
     name = f"{a.drafter}-{b.drafter}"
-    tau = tuple(gaps.get("diff_tau", name, -1, field=f) for f in ("estimate", "lower", "upper"))
+    tau = tuple(gaps.fields("diff_tau", name).values())
     if not math.isfinite(tau[0]):
         raise ValueError(f"{gaps.path} has no paired difference {name!r}; the check's pairs "
                          "are contrasts of the decompose summary (rerun its gaps stage)")
     stat = LOOKUP_DIFF[a.order] if a.order == b.order else ""
-    diff = pd.DataFrame([{"slot": k, **{f: gaps.get(stat, name, k, field=f)
-                                        for f in ("estimate", "lower", "upper")}}
-                         for k in range(a.gamma)]) if stat else pd.DataFrame()
+    diff = _by_slot(gaps, stat, name, a.gamma) if stat else pd.DataFrame()
     est, lo, hi = tau
     ci = f"{level:.0%} CI {plain_interval(lo, hi)}"
     if lo > 0 or hi < 0:
@@ -520,10 +517,8 @@ def build_check(gaps_path: str | Path, floors_path: str | Path, spec: Mapping[st
             for d in spec["drafters"]}
     gaps = GapSummary(gaps_path)
     first = next(iter(decs.values()))
-    configs = {}
-    for path in spec.get("configfiles", []):
-        p = Path(path)
-        configs[str(p)] = p.read_text() if p.is_file() else f"({p} no longer exists)"
+    configs = {str(p): p.read_text() if p.is_file() else f"({p} no longer exists)"
+               for p in map(Path, spec.get("configfiles", []))}
     return CheckReport(
         name=str(spec["name"]), target=first.target, gamma=first.gamma, level=level,
         drafters=[drafter_check(gaps, d, fidelity.get(name), served.get(name),

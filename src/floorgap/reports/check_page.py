@@ -13,24 +13,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from floorgap.records import atomic_path
-from floorgap.reports.check import (
-    FLOOR_SHARE,
-    GREEDY_SHARE,
-    ORDER_PARTS,
-    SERVED_Z,
-    CheckReport,
-    Comparison,
-    DrafterCheck,
-)
-from floorgap.reports.decomposition import (
-    Decomposition,
-    by_slot_cells,
-    plain_interval,
-    plain_number,
-)
+from floorgap.reports.check import (FLOOR_SHARE, GREEDY_SHARE, ORDER_PARTS, SERVED_Z, CheckReport,
+                                    Comparison, DrafterCheck)
+from floorgap.reports.common import pyplot
+from floorgap.reports.decomposition import (Decomposition, by_slot_cells, plain_interval,
+                                            plain_number)
 
 __all__ = ["comparison_figure", "drafter_figure", "served_figure", "to_html", "to_markdown",
            "write_check"]
@@ -40,28 +31,21 @@ __all__ = ["comparison_figure", "drafter_figure", "served_figure", "to_html", "t
 
 
 def _png(fig: Any) -> str:
-    """A figure as a data URI (the page holds its figures, so it can be mailed as one file)."""
-    import matplotlib.pyplot as plt
-
+    """A figure, laid out, as a data URI (the page holds its figures: it mails as one file)."""
     buf = io.BytesIO()
+    fig.tight_layout()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    pyplot().close(fig)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def drafter_figure(c: DrafterCheck) -> str:
     """Left: the risk by slot split into floor and model gap, the other order's floor and the
     lookup tables' risks beside it. Right: dtau_br by slot with its interval."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
     d = c.decomposition
     floor, gap, _, risk, risk_name = ORDER_PARTS[d.order]
     slots = np.arange(d.gamma)
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(8.4, 2.9))
+    fig, (ax, bx) = pyplot().subplots(1, 2, figsize=(8.4, 2.9))
     t = np.array([d.value(floor, k) for k in slots])
     g = np.array([d.value(gap, k) for k in slots])
     ax.bar(slots, t, color="#4c72b0", label=f"floor {floor}")
@@ -82,20 +66,14 @@ def drafter_figure(c: DrafterCheck) -> str:
     bx.axhline(0, color="k", lw=0.5)
     bx.set(xlabel="slot k", ylabel="dtau_br (held out)", xticks=slots,
            title="single-slot best-response gain")
-    fig.tight_layout()
     return _png(fig)
 
 
 def served_figure(c: DrafterCheck) -> str:
     """Served against replayed tau (task macro, with intervals) at each temperature."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     assert c.served is not None
     temps = sorted(c.served.by_temperature)
-    fig, ax = plt.subplots(figsize=(4.6, 2.6))
+    fig, ax = pyplot().subplots(figsize=(4.6, 2.6))
     for shift, key, label, color in ((-0.08, "tau_served", "served", "#4c72b0"),
                                      (0.08, "tau_offline", "replayed", "#dd8452")):
         for i, t in enumerate(temps):
@@ -105,22 +83,15 @@ def served_figure(c: DrafterCheck) -> str:
     ax.set_xticks(range(len(temps)), [f"T = {t:g}" for t in temps])
     ax.set(ylabel="tau", title=f"{c.name} in {c.served.engine}: served vs replayed")
     ax.legend(fontsize=7)
-    fig.tight_layout()
     return _png(fig)
 
 
 def comparison_figure(report: CheckReport) -> str:
     """Each drafter's tau with its interval, and each pair's paired difference."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [(c.name, *(c.decomposition.value("tau", -1, f) for f in ("estimate", "lower",
-                                                                      "upper")))
+    rows = [(c.name, *(c.decomposition.value("tau", -1, f) for f in ("estimate", "lower", "upper")))
             for c in report.drafters]
     rows += [(f"{c.a} - {c.b}", *c.diff_tau) for c in report.comparisons]
-    fig, ax = plt.subplots(figsize=(6.0, 0.5 + 0.38 * len(rows)))
+    fig, ax = pyplot().subplots(figsize=(6.0, 0.5 + 0.38 * len(rows)))
     for i, (label, est, lo, hi) in enumerate(rows):
         ax.errorbar([est], [i], xerr=[[max(est - lo, 0)], [max(hi - est, 0)]], fmt="o",
                     color="#4c72b0" if " - " not in label else "#c44e52", capsize=3)
@@ -128,7 +99,6 @@ def comparison_figure(report: CheckReport) -> str:
     ax.invert_yaxis()
     ax.axvline(0, color="k", lw=0.4)
     ax.set(xlabel=f"tau, and paired differences ({report.level:.0%} CI)")
-    fig.tight_layout()
     return _png(fig)
 
 

@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -148,14 +148,20 @@ def save_figure(fig: Any, name: str, *, fig_dir: str | Path = "figures", dpi: in
             fig.savefig(tmp, format=ext, dpi=dpi, bbox_inches="tight", metadata=meta)
 
 
-def item_figure(spec: Mapping[str, Any], ncols: int = 1) -> tuple[Any, list[Any]]:
-    """A figure of ``ncols`` panels in one row, styled from the config's ``figures`` options
-    (font size, width per column pair, height): ``(fig, axes)``."""
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend (reports only write files)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def item_figure(spec: Mapping[str, Any], ncols: int = 1) -> tuple[Any, list[Any]]:
+    """A figure of ``ncols`` panels in one row, styled from the config's ``figures`` options
+    (font size, width per column pair, height): ``(fig, axes)``."""
+    plt = pyplot()
     size = float(spec["font_size"])
     plt.rcParams.update({
         "font.size": size, "axes.labelsize": size, "axes.titlesize": size,
@@ -172,11 +178,12 @@ def item_figure(spec: Mapping[str, Any], ncols: int = 1) -> tuple[Any, list[Any]
 
 def save_item_figure(fig: Any, name: str, out_dir: Path, spec: Mapping[str, Any]) -> None:
     """Lay out, save (:func:`save_figure`, at the config's dpi) and close an item's figure."""
-    import matplotlib.pyplot as plt
-
     fig.tight_layout(pad=0.3)
     save_figure(fig, name, fig_dir=out_dir, dpi=int(spec["dpi"]))
-    plt.close(fig)
+    pyplot().close(fig)
+
+
+_Summary = TypeVar("_Summary", bound="LongSummary")
 
 
 class LongSummary:
@@ -195,6 +202,13 @@ class LongSummary:
         self.meta = read_metadata(path)
         if not self.columns <= set(self.df.columns):
             raise ValueError(f"{path} is not a {self.kind} (columns {list(self.df.columns)})")
+
+    @classmethod
+    def of(cls: type[_Summary], inputs: Mapping[str, Path]) -> _Summary:
+        """The summary an item reads as ``inputs["summary"]``."""
+        if "summary" not in inputs:
+            raise ValueError(f"this item needs --summary (the {cls.kind} parquet)")
+        return cls(inputs["summary"])
 
     @property
     def target(self) -> str:
@@ -273,6 +287,11 @@ class GapSummary(LongSummary):
                  & (df["domain"] == domain) & (df["slot"] == slot)]
         return float(row[field].iloc[0]) if len(row) else float("nan")
 
+    def fields(self, statistic: str, variant: str, slot: int = -1,
+               names: tuple[str, ...] = ("estimate", "lower", "upper")) -> dict[str, float]:
+        """``{field: value}`` of one row (:meth:`get` of each field)."""
+        return {f: self.get(statistic, variant, slot, field=f) for f in names}
+
     def series(self, statistic: str, variant: str, slots: list[int], domain: str = "all"
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return tuple(np.array([self.get(statistic, variant, k, domain, f) for k in slots])
@@ -293,18 +312,14 @@ def role_variants(spec: Mapping[str, Any]) -> tuple[str, str, str]:
     return str(roles["order0"]), str(roles["order1"]), str(roles["ours"])
 
 
-#: The macro stem of each role: the paper's text cites numbers by role (\fgDflash..., \fgDspark...,
-#: \fgOurs...), whatever the variants of a config are called.
-
-
 def gap_ci(s: GapSummary, stat: str, v: str, k: int = -1, digits: int = 3) -> str:
     return fmt_interval(s.get(stat, v, k, field="lower"), s.get(stat, v, k, field="upper"), digits)
 
 
 def write_item_table(rows: list[list[Any]], header: list[str], name: str, out_dir: Path,
-           csv_rows: list[dict]) -> None:
-    latex = pd.DataFrame(rows, columns=header)
-    write_table(pd.DataFrame(csv_rows), name, tex_dir=out_dir, latex=latex)
+                     csv_rows: list[dict]) -> None:
+    write_table(pd.DataFrame(csv_rows), name, tex_dir=out_dir,
+                latex=pd.DataFrame(rows, columns=header))
 
 
 def epoch_of(label: str) -> tuple[str, int] | None:

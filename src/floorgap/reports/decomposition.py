@@ -34,8 +34,7 @@ import pandas as pd
 
 from floorgap.analysis.lookup_verdicts import LOOKUP_DIFF, LookupVerdict, lookup_verdicts
 from floorgap.records import atomic_path
-from floorgap.reports.common import LongSummary, fmt, fmt_interval, fmt_pct, tex_text
-from floorgap.reports.common import GapSummary
+from floorgap.reports.common import GapSummary, LongSummary, fmt, fmt_interval, fmt_pct, tex_text
 
 __all__ = ["COLUMNS", "ORDER_STATS", "Decomposition", "by_slot_cells", "decompose",
            "plain_interval", "plain_number", "write_decomposition"]
@@ -111,25 +110,21 @@ def decompose(gaps_path: str | Path, floors_path: str | Path, drafter: str, *,
     order = int(gaps.get("order", drafter))
     if order not in ORDER_STATS:
         raise ValueError(f"{gaps_path}: drafter {drafter!r} has order {order}; expected 0 or 1")
-    rows = [{"statistic": stat, "slot": k,
-             **{f: gaps.get(stat, drafter, k, field=f) for f in ("estimate", "lower", "upper")}}
+    rows = [{"statistic": stat, "slot": k, **gaps.fields(stat, drafter, k)}
             for stat in ORDER_STATS[order] for k in gaps.slots]
     name, source = OTHER_FLOOR[order]
     rows += [{"statistic": name, "slot": k,
               **{f: _floors_value(floors, source, k, f) for f in ("estimate", "lower", "upper")}}
              for k in gaps.slots]
-    rows.append({"statistic": "tau", "slot": -1,
-                 **{f: gaps.get("tau", drafter, -1, field=f) for f in ("estimate", "lower",
-                                                                       "upper")}})
+    rows.append({"statistic": "tau", "slot": -1, **gaps.fields("tau", drafter)})
     risk, diff = lookup_risk(order), LOOKUP_DIFF[order]
     for t in lookups:
         gaps.require(t)
         if int(gaps.get("order", t)) != order:
             raise ValueError(f"{gaps_path}: lookup table {t!r} is not of order {order}")
         for stat, variant in ((risk, t), (diff, f"{drafter}-{t}")):
-            rows += [{"statistic": f"{stat}@{t}", "slot": k,
-                      **{f: gaps.get(stat, variant, k, field=f)
-                         for f in ("estimate", "lower", "upper")}} for k in gaps.slots]
+            rows += [{"statistic": f"{stat}@{t}", "slot": k, **gaps.fields(stat, variant, k)}
+                     for k in gaps.slots]
     table = pd.DataFrame(rows, columns=COLUMNS)
     verdicts = tuple(lookup_verdicts(gaps.df, [[drafter, t] for t in lookups]))
     return Decomposition(drafter=drafter, order=order, kind=kind, target=gaps.target,
@@ -183,7 +178,7 @@ def _cell(d: Decomposition, stat: str, slot: int, how: str, latex: bool) -> str:
         return {"num": lambda: fmt(est), "pct": lambda: fmt_pct(est),
                 "ci": lambda: fmt_interval(lo, hi)}[how]()
     return {"num": lambda: plain_number(est), "pct": lambda: _plain_pct(est),
-            "ci": lambda: f"[{plain_number(lo)}, {plain_number(hi)}]"}[how]()
+            "ci": lambda: plain_interval(lo, hi)}[how]()
 
 
 def plain_number(value: float, digits: int = 3) -> str:
@@ -246,8 +241,8 @@ def to_markdown(d: Decomposition) -> str:
     lines = [f"{_headline(d)}", "", _md_row(header), _md_row(["---"] * len(header)),
              *[_md_row(row) for row in rows], "",
              f"tau (offline accepted length) = {plain_number(d.value('tau'))} "
-             f"({_ci_label(d.level, False)} CI [{plain_number(d.value('tau', -1, 'lower'))}, "
-             f"{plain_number(d.value('tau', -1, 'upper'))}])", "",
+             f"({_ci_label(d.level, False)} CI "
+             f"{plain_interval(d.value('tau', -1, 'lower'), d.value('tau', -1, 'upper'))})", "",
              *[f"- {v.sentence()}" for v in d.verdicts], *([""] if d.verdicts else [])]
     return "\n".join(lines)
 

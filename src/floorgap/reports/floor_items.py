@@ -12,36 +12,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from floorgap.reports.common import (
-    LongSummary,
-    fmt,
-    fmt_interval,
-    fmt_pct,
-    fmt_pct_interval,
-    fmt_signed,
-    item_figure,
-    macro_name,
-    save_item_figure,
-    tex_text,
-    write_table,
-)
+from floorgap.reports.common import (LongSummary, fmt, fmt_interval, fmt_pct, fmt_pct_interval,
+                                     fmt_signed, item_figure, macro_name, save_item_figure,
+                                     tex_text, write_table)
 
-__all__ = [
-    "FloorSummary",
-    "domain_label",
-    "fig2_floor_by_slot",
-    "fig3_floor_by_domain",
-    "figD2_kmedian",
-    "table3_floor_intervals",
-    "tableD1_concentration",
-    "tableC6_top20",
-]
+__all__ = ["FloorSummary", "domain_label", "fig2_floor_by_slot", "fig3_floor_by_domain",
+           "figD2_kmedian", "table3_floor_intervals", "tableD1_concentration", "tableC6_top20"]
 
 
 class FloorSummary(LongSummary):
@@ -93,12 +76,6 @@ def domain_label(domain: str, facts: Mapping[str, Any] | None) -> str:
     return domain
 
 
-def _summary(inputs: Mapping[str, Path]) -> FloorSummary:
-    if "summary" not in inputs:
-        raise ValueError("this item needs --summary (the floors summary parquet)")
-    return FloorSummary(inputs["summary"])
-
-
 def _count(value: float) -> str:
     return "--" if not math.isfinite(value) else str(round(value))
 
@@ -133,7 +110,7 @@ def fig2_floor_by_slot(inputs: Mapping[str, Path], spec: Mapping[str, Any],
     split-half grouping estimate on its covered paths (the headline, paper App. B.3) with the
     bounds c T_cov .. c T_cov + 1 - c as a band; the importance route is the second estimate
     (App. C.2), drawn dashed."""
-    s = _summary(inputs)
+    s = FloorSummary.of(inputs)
     slots = list(range(s.gamma))
     x = np.array(slots)
     t0, t0_lo, t0_hi = s.series("T0", slots)
@@ -151,11 +128,9 @@ def fig2_floor_by_slot(inputs: Mapping[str, Path], spec: Mapping[str, Any],
     ax.fill_between(x, t1_lo, t1_hi, color="C3", alpha=0.22, lw=0)
     ax.plot(x, t1, color="C3", marker="^", label=r"$T^{(1)}$ split-half")
     ax.plot(x, rw, color="0.3", ls="--", marker="x", lw=0.9, label=r"$T^{(1)}$ importance")
-    ax.set_xlabel("slot $k$")
-    ax.set_ylabel("information floor (TV)")
-    ax.set_xticks(slots)
-    ax.set_ylim(0, 1.0)  # TV floors lie in [0, 1]; the headroom holds the legend
-    ax.set_xlim(-0.2, s.last + 0.2)
+    # TV floors lie in [0, 1]; the headroom holds the legend
+    ax.set(xlabel="slot $k$", ylabel="information floor (TV)", xticks=slots, ylim=(0, 1.0),
+           xlim=(-0.2, s.last + 0.2))
     handles, labels = ax.get_legend_handles_labels()
     order = [1, 2, 3, 0]  # T0, T1 split-half, T1 importance, bounds
     ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper left",
@@ -209,7 +184,7 @@ def _fig2_values(s: FloorSummary) -> dict[str, str]:
 def fig3_floor_by_domain(inputs: Mapping[str, Path], spec: Mapping[str, Any],
                          out_dir: Path) -> dict[str, str]:
     """Fig. 3: T^(0) per slot per domain with prompt-bootstrap intervals."""
-    s = _summary(inputs)
+    s = FloorSummary.of(inputs)
     slots = list(range(s.gamma))
     facts = s.meta.get("domains") or {}
     fig, ax = _figure(spec)
@@ -221,10 +196,8 @@ def fig3_floor_by_domain(inputs: Mapping[str, Path], spec: Mapping[str, Any],
         ax.errorbar(x, est, yerr=[np.clip(est - lo, 0, None), np.clip(hi - est, 0, None)],
                     color=f"C{i}", marker=markers[i % len(markers)], capsize=1.5,
                     elinewidth=0.7, label=domain_label(d, facts.get(d)))
-    ax.set_xlabel("slot $k$")
-    ax.set_ylabel(r"order-0 floor $T^{(0)}_k$ (TV)")
-    ax.set_xticks(slots)
-    ax.set_ylim(0, 1.0)
+    ax.set(xlabel="slot $k$", ylabel=r"order-0 floor $T^{(0)}_k$ (TV)", xticks=slots,
+           ylim=(0, 1.0))
     ax.legend(loc="lower right", handlelength=1.6, borderaxespad=0.2, labelspacing=0.25)
     save_item_figure(fig, "fig3_floor_by_domain", out_dir, spec)
 
@@ -262,7 +235,7 @@ def figD2_kmedian(inputs: Mapping[str, Path], spec: Mapping[str, Any],
                   out_dir: Path) -> dict[str, str]:
     """Fig. D.2: share of T^(0) removed by K oracle-routed prototypes per slot (K >= 2), with
     prompt-bootstrap intervals and a band down to the worst restart's share (restart spread)."""
-    s = _summary(inputs)
+    s = FloorSummary.of(inputs)
     ks = sorted(int(k) for k in (s.meta.get("analysis") or {}).get("kmedian_k", []))
     if not ks:
         ks = sorted(int(st.rsplit("K", 1)[1]) for st in s.df["statistic"].unique()
@@ -282,12 +255,11 @@ def figD2_kmedian(inputs: Mapping[str, Path], spec: Mapping[str, Any],
                                          100 * np.clip(hi - est, 0, None)],
                     color=f"C{i}", marker=markers[i % len(markers)], capsize=1.5,
                     elinewidth=0.7, label=f"$K={K}$")
-    ax.set_xlabel("slot $k$")
-    ax.set_ylabel(r"share of $T^{(0)}_k$ removed (%)")
-    ax.set_xticks(slots)
-    ax.set_ylim(0, 100)
+    ax.set(xlabel="slot $k$", ylabel=r"share of $T^{(0)}_k$ removed (%)", xticks=slots,
+           ylim=(0, 100))
     ax.legend(loc="upper right", handlelength=1.6, borderaxespad=0.2, labelspacing=0.25,
-              title="prototypes (band: worst restart)", title_fontsize=ax.xaxis.label.get_size() - 1)
+              title="prototypes (band: worst restart)",
+              title_fontsize=ax.xaxis.label.get_size() - 1)
     save_item_figure(fig, "figD2_kmedian", out_dir, spec)
 
     last = s.last
@@ -295,10 +267,9 @@ def figD2_kmedian(inputs: Mapping[str, Path], spec: Mapping[str, Any],
     for K in ks:
         stat = f"kmedian_share_removed_K{K}"
         shares = [s.get(stat, k) for k in slots]
-        values[macro_name("kmedian", "share", "K", K, "last")] = fmt_pct(s.get(stat, last), 0)
-        values[macro_name("kmedian", "share", "K", K, "min")] = fmt_pct(np.nanmin(shares), 0)
-        values[macro_name("kmedian", "share", "K", K, "max")] = fmt_pct(np.nanmax(shares), 0)
-        values[macro_name("kmedian", "share", "K", K, "pooled")] = fmt_pct(s.get(stat, -1), 0)
+        for tag, share in (("last", s.get(stat, last)), ("min", np.nanmin(shares)),
+                           ("max", np.nanmax(shares)), ("pooled", s.get(stat, -1))):
+            values[macro_name("kmedian", "share", "K", K, tag)] = fmt_pct(share, 0)
     values[macro_name("kmedian", "spread", "zero", "share")] = fmt_pct(
         s.scalar("kmedian_spread_zero_share"), 0)
     values[macro_name("kmedian", "spread", "PNinety")] = fmt(s.scalar("kmedian_spread_p90"))
@@ -312,16 +283,26 @@ def figD2_kmedian(inputs: Mapping[str, Path], spec: Mapping[str, Any],
 
 # -- tables -------------------------------------------------------------------------------------
 
-def _long(s: FloorSummary, rows: list[tuple[str, str, str]]) -> pd.DataFrame:
-    """CSV frame: quantity, statistic, domain, slot, estimate, lower, upper, n_anchors."""
+#: The columns of a table's csv (:func:`_long`).
+LONG_COLUMNS = ["quantity", "statistic", "domain", "slot", "estimate", "lower", "upper",
+                "n_anchors"]
+
+
+def _long(s: FloorSummary, rows: list[tuple[str, str, str]], slots: list[int] | None = None,
+          columns: list[str] = LONG_COLUMNS) -> pd.DataFrame:
+    """CSV frame: one row per (quantity, statistic, domain) x slot (default ``s.slots``)."""
     frames = []
     for label, stat, domain in rows:
-        df = s.rows(stat, domain).reindex(s.slots).reset_index()
+        df = s.rows(stat, domain).reindex(s.slots if slots is None else slots).reset_index()
         df.insert(0, "quantity", label)
         df["statistic"], df["domain"] = stat, domain
-        frames.append(df[["quantity", "statistic", "domain", "slot", "estimate", "lower",
-                          "upper", "n_anchors"]])
+        frames.append(df[columns])
     return pd.concat(frames, ignore_index=True)
+
+
+def _slot_table(rows: list[list[str]], slots: list[int]) -> pd.DataFrame:
+    """The LaTeX frame of a table with one column per slot."""
+    return pd.DataFrame(rows, columns=["slot $k$"] + [str(k) for k in slots])
 
 
 def table3_floor_intervals(inputs: Mapping[str, Path], spec: Mapping[str, Any],
@@ -330,7 +311,7 @@ def table3_floor_intervals(inputs: Mapping[str, Path], spec: Mapping[str, Any],
     grouping (the headline, with its covered mass) and by the importance route (the second
     estimate, with its mean ESS), and of the share of T^(0) that one realised token removes
     by each route."""
-    s = _summary(inputs)
+    s = FloorSummary.of(inputs)
     interval_rows = [
         (r"$T_{k}^{(0)}$ (full vocabulary)", "T0", "num"),
         (r"$T_{k}^{(1)}$ (split-half, covered)", "T1_split_covered", "num"),
@@ -342,29 +323,22 @@ def table3_floor_intervals(inputs: Mapping[str, Path], spec: Mapping[str, Any],
         (r"$(T_{k}^{(0)}-T_{k}^{(1)})/T_{k}^{(0)}$ (importance)", "share_removed_reweighted",
          "pct"),
     ]
-    latex = []
-    for label, stat, kind in interval_rows:
-        cells = [label]
-        for k in s.slots:
-            est, lo, hi = (s.get(stat, k, field=f) for f in ("estimate", "lower", "upper"))
-            if kind == "num":
-                cells.append(fmt_interval(lo, hi))
-            elif kind == "pct":
-                cells.append(fmt_pct_interval(lo, hi))
-            else:
-                cells.append(fmt(est, 2 if kind == "point" else 1))
-        latex.append(cells)
-    shown = pd.DataFrame(latex, columns=["slot $k$"] + [str(k) for k in s.slots])
-    csv = _long(s, [(label, stat, "all") for label, stat, _ in interval_rows])
-    write_table(csv, "table3_floor_intervals", tex_dir=out_dir, latex=shown)
-
-    last = s.last
-    values: dict[str, str] = {}
 
     def interval(stat: str, k: int, pct: bool = False) -> str:
         lo, hi = s.get(stat, k, field="lower"), s.get(stat, k, field="upper")
         return fmt_pct_interval(lo, hi) if pct else fmt_interval(lo, hi)
 
+    def cell(stat: str, k: int, kind: str) -> str:
+        return (interval(stat, k, kind == "pct") if kind in ("num", "pct")
+                else fmt(s.get(stat, k), 2 if kind == "point" else 1))
+
+    shown = _slot_table([[label, *[cell(stat, k, kind) for k in s.slots]]
+                         for label, stat, kind in interval_rows], s.slots)
+    csv = _long(s, [(label, stat, "all") for label, stat, _ in interval_rows])
+    write_table(csv, "table3_floor_intervals", tex_dir=out_dir, latex=shown)
+
+    last = s.last
+    values: dict[str, str] = {}
     for k in s.slots:
         values[macro_name("floor", "interval", "T0", "slot", k)] = interval("T0", k)
     values[macro_name("floor", "interval", "T0", "last")] = interval("T0", last)
@@ -386,7 +360,7 @@ def tableD1_concentration(inputs: Mapping[str, Path], spec: Mapping[str, Any],
     """Table D.1: how the order-0 floor is spread over anchors (mean, median, top-decile
     share, share below 0.01 and their share of the total) and the effective support of the
     block prefixes with its correlation with the floor, per slot."""
-    s = _summary(inputs)
+    s = FloorSummary.of(inputs)
     facts = s.meta.get("domains") or {}
     spec_rows: list[tuple[str, str, str, str]] = [
         (r"mean $T_{k}^{(0)}$", "T0", "all", "num"),
@@ -400,17 +374,12 @@ def tableD1_concentration(inputs: Mapping[str, Path], spec: Mapping[str, Any],
         (r"corr.\ $\log N_{\mathrm{eff}}$, $T_{k}^{(0)}$", "corr_log_neff_T0", "all", "corr"),
         (r"corr.\ $N_{\mathrm{eff}}$, $T_{k}^{(0)}$", "corr_neff_T0", "all", "corr"),
     ]
-    for d in s.domains:
-        spec_rows.append((rf"\quad corr.\ $\log N_{{\mathrm{{eff}}}}$, {domain_label(d, facts.get(d))}",
-                          "corr_log_neff_T0", d, "corr"))
-    latex = []
-    for label, stat, domain, kind in spec_rows:
-        cells = [label]
-        render = {"num": fmt, "pct": lambda v: fmt_pct(v, 0), "one": lambda v: fmt(v, 1),
-                  "corr": fmt_signed}[kind]
-        cells += [render(s.get(stat, k, domain)) for k in s.slots]
-        latex.append(cells)
-    shown = pd.DataFrame(latex, columns=["slot $k$"] + [str(k) for k in s.slots])
+    spec_rows += [(rf"\quad corr.\ $\log N_{{\mathrm{{eff}}}}$, {domain_label(d, facts.get(d))}",
+                   "corr_log_neff_T0", d, "corr") for d in s.domains]
+    render = {"num": fmt, "pct": lambda v: fmt_pct(v, 0), "one": lambda v: fmt(v, 1),
+              "corr": fmt_signed}
+    shown = _slot_table([[label, *[render[kind](s.get(stat, k, domain)) for k in s.slots]]
+                         for label, stat, domain, kind in spec_rows], s.slots)
     csv = _long(s, [(label, stat, domain) for label, stat, domain, _ in spec_rows])
     write_table(csv, "tableD1_concentration", tex_dir=out_dir, latex=shown)
 
@@ -434,20 +403,14 @@ def tableD1_concentration(inputs: Mapping[str, Path], spec: Mapping[str, Any],
         s.get("neff_at_cap_share", last), 0)
     values[macro_name("floor", "corr", "log", "last")] = fmt_signed(s.get("corr_log_neff_T0", last))
     values[macro_name("floor", "corr", "raw", "last")] = fmt_signed(s.get("corr_neff_T0", last))
-    per_log, per_raw = [], []
     for d in s.domains:
-        v = s.get("corr_log_neff_T0", last, d)
-        per_log.append(v)
-        per_raw.append(s.get("corr_neff_T0", last, d))
-        values[macro_name("floor", "corr", "log", d, "last")] = fmt_signed(v, 3)
-    finite_log = [v for v in per_log if math.isfinite(v)]
-    finite_raw = [v for v in per_raw if math.isfinite(v)]
-    if finite_log:
-        values[macro_name("floor", "corr", "log", "domain", "min")] = fmt_signed(min(finite_log))
-        values[macro_name("floor", "corr", "log", "domain", "max")] = fmt_signed(max(finite_log))
-    if finite_raw:
-        values[macro_name("floor", "corr", "raw", "domain", "min")] = fmt_signed(min(finite_raw))
-        values[macro_name("floor", "corr", "raw", "domain", "max")] = fmt_signed(max(finite_raw))
+        values[macro_name("floor", "corr", "log", d, "last")] = fmt_signed(
+            s.get("corr_log_neff_T0", last, d), 3)
+    for tag, stat in (("log", "corr_log_neff_T0"), ("raw", "corr_neff_T0")):
+        finite = [v for v in (s.get(stat, last, d) for d in s.domains) if math.isfinite(v)]
+        if finite:
+            values[macro_name("floor", "corr", tag, "domain", "min")] = fmt_signed(min(finite))
+            values[macro_name("floor", "corr", tag, "domain", "max")] = fmt_signed(max(finite))
     return values
 
 
@@ -457,31 +420,19 @@ def tableC6_top20(inputs: Mapping[str, Path], spec: Mapping[str, Any],
     (the API cap) against the full vocabulary: the paired difference with its interval, the
     band E[r] and the cells where the difference leaves the band (a theorem: none). Rollouts
     that stored fewer than 20 entries per read give "--"."""
-    s = _summary(inputs)
+    s = FloorSummary.of(inputs)
     slots = list(range(s.gamma))
-    quantities = [(r"$T_{k}^{(0)}$, full vocabulary", "T0"),
-                  (r"$\widetilde T_{k}^{(0)}$, top-20", "T0_top20"),
-                  (r"paired difference (top-20 $-$ full)", "T0_top20_minus_full"),
-                  (r"band $\mathbb{E}[r]$", "T0_top20_band"),
-                  ("cells outside the band", "top20_band_violations")]
-    latex = []
-    for label, stat in quantities:
-        values = [s.get(stat, k) for k in slots]
-        if stat == "top20_band_violations":
-            cells = [_count(v) for v in values]
-        elif stat == "T0_top20_minus_full":
-            cells = [fmt_signed(v, 4) for v in values]
-        else:
-            cells = [fmt(v, 4) for v in values]
-        latex.append([label, *cells])
-    shown = pd.DataFrame(latex, columns=["slot $k$"] + [str(k) for k in slots])
-    frames = []
-    for label, stat in quantities:
-        df = s.rows(stat).reindex(slots).rename_axis("slot").reset_index()
-        df.insert(0, "quantity", label)
-        frames.append(df[["quantity", "slot", "estimate", "lower", "upper", "n_anchors"]])
-    write_table(pd.concat(frames, ignore_index=True), "tableC6_top20", tex_dir=out_dir,
-                latex=shown)
+    four, signed = partial(fmt, digits=4), partial(fmt_signed, digits=4)
+    quantities = [(r"$T_{k}^{(0)}$, full vocabulary", "T0", four),
+                  (r"$\widetilde T_{k}^{(0)}$, top-20", "T0_top20", four),
+                  (r"paired difference (top-20 $-$ full)", "T0_top20_minus_full", signed),
+                  (r"band $\mathbb{E}[r]$", "T0_top20_band", four),
+                  ("cells outside the band", "top20_band_violations", _count)]
+    shown = _slot_table([[label, *[show(s.get(stat, k)) for k in slots]]
+                         for label, stat, show in quantities], slots)
+    csv = _long(s, [(label, stat, "all") for label, stat, _ in quantities], slots,
+                ["quantity", "slot", "estimate", "lower", "upper", "n_anchors"])
+    write_table(csv, "tableC6_top20", tex_dir=out_dir, latex=shown)
     diffs = [abs(s.get("T0_top20_minus_full", k)) for k in s.slots]
     finite = [d for d in diffs if math.isfinite(d)]
     viol = [s.get("top20_band_violations", k) for k in slots]

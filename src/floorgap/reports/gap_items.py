@@ -28,40 +28,15 @@ import pandas as pd
 
 from floorgap.analysis.lookup_verdicts import lookup_verdicts
 from floorgap.config import KIND_ORDER
-from floorgap.reports.common import (
-    ROLE_STEMS,
-    GapSummary,
-    ServedSummary,
-    fmt,
-    fmt_interval,
-    fmt_pct,
-    fmt_pct_interval,
-    fmt_signed,
-    epoch_of,
-    gap_ci,
-    item_figure,
-    macro_name,
-    role_stem,
-    role_variants,
-    save_item_figure,
-    write_item_table,
-    write_table,
-)
+from floorgap.reports.common import (ROLE_STEMS, GapSummary, ServedSummary, epoch_of, fmt,
+                                     fmt_interval, fmt_pct, fmt_pct_interval, fmt_signed, gap_ci,
+                                     item_figure, macro_name, role_stem, role_variants,
+                                     save_item_figure, write_item_table, write_table)
 
-__all__ = [
-    "fig4_drafter_decomposition",
-    "fig6_slot_priority",
-    "fig7_prefix_attention",
-    "table5_dflash",
-    "table6_dspark",
-    "table7_serving_risk",
-    "table8_dependence",
-    "table10_trajectory",
-    "table12_ours_vs_dspark",
-    "table13_components",
-    "tableF5_single_slot",
-    "tableF6_sweeps",
-]
+__all__ = ["fig4_drafter_decomposition", "fig6_slot_priority", "fig7_prefix_attention",
+           "table5_dflash", "table6_dspark", "table7_serving_risk", "table8_dependence",
+           "table10_trajectory", "table12_ours_vs_dspark", "table13_components",
+           "tableF5_single_slot", "tableF6_sweeps"]
 
 LABELS = {"dflash": "DFlash", "dspark": "DSpark", "ours": "Ours",
           # the one-epoch component arms of Table 13
@@ -73,17 +48,11 @@ LABELS = {"dflash": "DFlash", "dspark": "DSpark", "ours": "Ours",
           "bigram": "bigram table"}
 
 
-def _summary(inputs: Mapping[str, Path]) -> GapSummary:
-    if "summary" not in inputs:
-        raise ValueError("this item needs --summary (the gaps summary parquet)")
-    return GapSummary(inputs["summary"])
-
-
 def _open(inputs: Mapping[str, Path], spec: Mapping[str, Any], *required: int
           ) -> tuple[GapSummary, tuple[str, str, str]]:
     """The gaps summary and the role variants (order-0, order-1, ours), those at the indices
     ``required`` checked to be in it."""
-    s, roles = _summary(inputs), role_variants(spec)
+    s, roles = GapSummary.of(inputs), role_variants(spec)
     for i in required:
         s.require(roles[i])
     return s, roles
@@ -103,7 +72,6 @@ def _served_taus(inputs: Mapping[str, Path]) -> dict[str, pd.Series]:
 
 def _served_cell(served: Mapping[str, pd.Series], name: str) -> str:
     return fmt(served[name]["estimate"], 3) if name in served else "--"
-
 
 
 def _stem(spec: Mapping[str, Any], variant: str) -> str:
@@ -167,16 +135,9 @@ def _lookup_sentence(s: GapSummary, spec: Mapping[str, Any]) -> str:
 
 def _long(s: GapSummary, stats: list[str], variants: list[str], slots: list[int]) -> list[dict]:
     """The csv: one row per statistic x variant x slot (full precision)."""
-    out = []
-    for v in variants:
-        for stat in stats:
-            for k in slots:
-                out.append({"statistic": stat, "variant": v, "slot": k,
-                            "estimate": s.get(stat, v, k), "lower": s.get(stat, v, k,
-                                                                          field="lower"),
-                            "upper": s.get(stat, v, k, field="upper"),
-                            "n_anchors": s.get(stat, v, k, field="n_anchors")})
-    return out
+    fields = ("estimate", "lower", "upper", "n_anchors")
+    return [{"statistic": stat, "variant": v, "slot": k, **s.fields(stat, v, k, fields)}
+            for v in variants for stat in stats for k in slots]
 
 
 # -- tables -------------------------------------------------------------------------------------
@@ -270,16 +231,16 @@ def table7_serving_risk(inputs: Mapping[str, Path], spec: Mapping[str, Any], out
                   *[fmt(s.get("R_serve", v, k), 2) for k in ks]],
                  ["difference", *[fmt_signed(s.get("R_serve_minus_free", v, k)) for k in ks]],
                  ["95\\% CI", *[gap_ci(s, "R_serve_minus_free", v, k) for k in ks]]]
-        L = s.last
-        values[macro_name(_stem(spec, v), "free", "risk", "last")] = fmt(s.get("R_free", v, L), 3)
-        values[macro_name(_stem(spec, v), "serve", "risk", "last")] = fmt(s.get("R_serve", v, L), 3)
-        values[macro_name(_stem(spec, v), "serve", "minus", "free", "last")] = fmt_signed(
+        stem, L = _stem(spec, v), s.last
+        values[macro_name(stem, "free", "risk", "last")] = fmt(s.get("R_free", v, L), 3)
+        values[macro_name(stem, "serve", "risk", "last")] = fmt(s.get("R_serve", v, L), 3)
+        values[macro_name(stem, "serve", "minus", "free", "last")] = fmt_signed(
             s.get("R_serve_minus_free", v, L))
     if not rows:
         raise ValueError(f"{s.path} has neither {v0!r} nor {v1!r}")
     write_item_table(rows, ["slot $k$", *map(str, ks)], "table7_serving_risk", out_dir,
-           _long(s, ["R_free", "R_serve", "R_serve_minus_free"],
-                 [v for v in (v0, v1) if v in s.variants], ks))
+                     _long(s, ["R_free", "R_serve", "R_serve_minus_free"],
+                           [v for v in (v0, v1) if v in s.variants], ks))
     return values
 
 
@@ -290,11 +251,11 @@ def table8_dependence(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_d
     rows, values = [], {}
     for v in variants:
         rows.append([_label(v), *[fmt(s.get("D", v, k), 3) for k in s.slots]])
-        values[macro_name(_stem(spec, v), "dependence", "last")] = fmt(s.get("D", v, s.last), 2)
-        values[macro_name(_stem(spec, v), "tau")] = fmt(s.get("tau", v), 3)
-        values[macro_name(_stem(spec, v), "tau", "independent")] = fmt(s.get("tau_independent", v), 3)
-        values[macro_name(_stem(spec, v), "tau", "gap")] = fmt(s.get("tau_gap", v), 3)
-        values[macro_name(_stem(spec, v), "tau", "gap", "CI")] = gap_ci(s, "tau_gap", v)
+        stem = _stem(spec, v)
+        values[macro_name(stem, "dependence", "last")] = fmt(s.get("D", v, s.last), 2)
+        for stat, *tag in (("tau",), ("tau_independent", "independent"), ("tau_gap", "gap")):
+            values[macro_name(stem, "tau", *tag)] = fmt(s.get(stat, v), 3)
+        values[macro_name(stem, "tau", "gap", "CI")] = gap_ci(s, "tau_gap", v)
     csv = _long(s, ["D", "S", "marginal"], variants, s.slots)
     csv += _long(s, ["tau", "tau_independent", "tau_gap"], variants, [-1])
     write_item_table(rows, ["slot $k$", *map(str, s.slots)], "table8_dependence", out_dir, csv)
@@ -306,10 +267,9 @@ def table12_ours_vs_dspark(inputs: Mapping[str, Path], spec: Mapping[str, Any], 
     """Table 12: T1, R^oracle and R^self per slot for DSpark and ours."""
     s, (_, v1, vo) = _open(inputs, spec, 1, 2)
     ks = s.slots
-    rows = []
-    rows.append(["covered mass $c$", "", *[fmt(s.get("covered_mass", v1, k), 2) for k in ks]])
-    rows.append(["$T^{(1)}$ (split-half)", "",
-                 *[fmt(s.get("T1", v1, k), 2) for k in ks]])  # same paths: one floor
+    # both drafters on the same paths: one floor row
+    rows = [["covered mass $c$", "", *[fmt(s.get("covered_mass", v1, k), 2) for k in ks]],
+            ["$T^{(1)}$ (split-half)", "", *[fmt(s.get("T1", v1, k), 2) for k in ks]]]
     tables = _lookups(s, spec, 1)
     for stat, label in (("R_oracle", "$R^{\\mathrm{oracle}}$"),
                         ("R_self", "$R^{\\mathrm{self}}$")):
@@ -349,7 +309,7 @@ def table10_trajectory(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
     """Table 10: accepted length tau after every epoch of one training run (the offline tau of
     the evaluation probe on the floor paths), per trajectory variant, and the final weights'
     served tau at T = 1 where the serving benchmark served the variant ("--" otherwise)."""
-    s = _summary(inputs)
+    s = GapSummary.of(inputs)
     runs: dict[str, dict[int, str]] = {}
     for label in s.variants:
         parsed = epoch_of(label)
@@ -380,12 +340,13 @@ def table10_trajectory(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
                         else math.nan})
         done = [e for e in epochs if e in by_epoch]
         first, last = s.get("tau", by_epoch[done[0]]), s.get("tau", by_epoch[done[-1]])
-        values[macro_name(_stem(spec, v), "trajectory", "tau", "first")] = fmt(first, 2)
-        values[macro_name(_stem(spec, v), "trajectory", "tau", "last")] = fmt(last, 2)
-        values[macro_name(_stem(spec, v), "trajectory", "epochs")] = str(done[-1])
-        values[macro_name(_stem(spec, v), "trajectory", "gain")] = fmt_signed(last - first, 3)
-    write_item_table(rows, ["Epoch", *map(str, epochs), "Served ($T=1$)"], "table10_trajectory", out_dir,
-           csv)
+        stem = _stem(spec, v)
+        values[macro_name(stem, "trajectory", "tau", "first")] = fmt(first, 2)
+        values[macro_name(stem, "trajectory", "tau", "last")] = fmt(last, 2)
+        values[macro_name(stem, "trajectory", "epochs")] = str(done[-1])
+        values[macro_name(stem, "trajectory", "gain")] = fmt_signed(last - first, 3)
+    write_item_table(rows, ["Epoch", *map(str, epochs), "Served ($T=1$)"], "table10_trajectory",
+                     out_dir, csv)
     return values
 
 
@@ -394,7 +355,7 @@ def table13_components(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
     """Table 13: accepted length of the one-epoch component arms and the paired change from
     the baseline arm (``spec["baseline"]``; ``spec["arms"]`` orders the rows), and each arm's
     served tau at T = 1 where the serving benchmark served it ("--" otherwise)."""
-    s = _summary(inputs)
+    s = GapSummary.of(inputs)
     if "baseline" not in spec:
         raise ValueError("the item's spec lacks the baseline arm (drafters.components.baseline)")
     base = str(spec["baseline"])
@@ -423,7 +384,7 @@ def table13_components(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
     best = max(arms, key=lambda a: s.get("tau", a))
     values[macro_name("components", "best")] = _label(best)
     write_item_table(rows, ["One-epoch configuration", "Accepted length", "Change from baseline",
-                  "95\\% CI", "Served ($T=1$)"], "table13_components", out_dir, csv)
+                            "95\\% CI", "Served ($T=1$)"], "table13_components", out_dir, csv)
     return values
 
 
@@ -438,13 +399,15 @@ def tableF5_single_slot(inputs: Mapping[str, Path], spec: Mapping[str, Any], out
         rows.append(["95\\% CI", *[gap_ci(s, "dtau_br", v, k) for k in s.slots]])
         gains = [s.get("dtau_br", v, k) for k in s.slots]
         opt = [s.get("dtau_br_optimism", v, k) for k in s.slots]
-        values[macro_name(_stem(spec, v), "best", "response", "first")] = fmt(gains[0], 3)
-        values[macro_name(_stem(spec, v), "best", "response", "last")] = fmt(gains[-1], 3)
-        values[macro_name(_stem(spec, v), "best", "response", "argmin")] = str(int(np.nanargmin(gains)))
-        values[macro_name(_stem(spec, v), "best", "response", "argmax")] = str(int(np.nanargmax(gains)))
-        values[macro_name(_stem(spec, v), "best", "response", "optimism", "max")] = fmt(float(np.nanmax(opt)))
+        stem = (_stem(spec, v), "best", "response")
+        values[macro_name(*stem, "first")] = fmt(gains[0], 3)
+        values[macro_name(*stem, "last")] = fmt(gains[-1], 3)
+        values[macro_name(*stem, "argmin")] = str(int(np.nanargmin(gains)))
+        values[macro_name(*stem, "argmax")] = str(int(np.nanargmax(gains)))
+        values[macro_name(*stem, "optimism", "max")] = fmt(float(np.nanmax(opt)))
     write_item_table(rows, ["slot $k$", *map(str, s.slots)], "tableF5_single_slot", out_dir,
-           _long(s, ["dtau_br", "dtau_br_in_sample", "dtau_br_optimism"], variants, s.slots))
+                     _long(s, ["dtau_br", "dtau_br_in_sample", "dtau_br_optimism"], variants,
+                           s.slots))
     return values
 
 
@@ -458,11 +421,12 @@ def tableF6_sweeps(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir:
         rows.append([_label(v), fmt(s.get("sweep_isolated_sum", v), 2),
                      f"{fmt(s.get('sweep_forward', v), 2)} {gap_ci(s, 'sweep_forward', v)}",
                      f"{fmt(s.get('sweep_backward', v), 2)} {gap_ci(s, 'sweep_backward', v)}"])
-        values[macro_name(_stem(spec, v), "sweep", "forward")] = fmt(s.get("sweep_forward", v), 2)
-        values[macro_name(_stem(spec, v), "sweep", "backward")] = fmt(s.get("sweep_backward", v), 2)
-        values[macro_name(_stem(spec, v), "sweep", "isolated", "sum")] = fmt(s.get("sweep_isolated_sum", v), 2)
-        values[macro_name(_stem(spec, v), "sweep", "ratio")] = fmt(s.get("sweep_forward_ratio", v), 2)
-        values[macro_name(_stem(spec, v), "sweep", "direction", "difference")] = fmt(
+        stem = _stem(spec, v)
+        for stat, *tag in (("sweep_forward", "forward"), ("sweep_backward", "backward"),
+                           ("sweep_isolated_sum", "isolated", "sum"),
+                           ("sweep_forward_ratio", "ratio")):
+            values[macro_name(stem, "sweep", *tag)] = fmt(s.get(stat, v), 2)
+        values[macro_name(stem, "sweep", "direction", "difference")] = fmt(
             abs(s.get("sweep_forward", v) - s.get("sweep_backward", v)), 3)
     header = ["", "sum of isolated gains", f"sweep $0\\!\\to\\!{n}$", f"sweep ${n}\\!\\to\\!0$"]
     stats = ["sweep_isolated_sum", "sweep_forward", "sweep_backward",
@@ -481,10 +445,7 @@ def _stack(ax, ks: list[int], parts: list[tuple[str, np.ndarray]], title: str) -
         y = np.nan_to_num(y)
         ax.bar(ks, y, bottom=bottom, label=label, width=0.7)
         bottom = bottom + y
-    ax.set_xticks(ks)
-    ax.set_xlabel("slot $k$")
-    ax.set_ylabel("rejection risk")
-    ax.set_title(title)
+    ax.set(xticks=ks, xlabel="slot $k$", ylabel="rejection risk", title=title)
     ax.legend(loc="upper left")
 
 
@@ -537,8 +498,7 @@ def fig6_slot_priority(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
     left.set_ylabel("model gap")
     right.set_ylabel("$\\Delta\\tau_k^{\\mathrm{BR}}$ (held out)")
     for ax in (left, right):
-        ax.set_xlabel("slot $k$")
-        ax.set_xticks(ks)
+        ax.set(xlabel="slot $k$", xticks=ks)
         ax.legend()
     save_item_figure(fig, "fig6_slot_priority", out_dir, spec)
     return values
@@ -556,9 +516,7 @@ def fig7_prefix_attention(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
         _line(ax, ks, s.series(stat, v1, ks), _label(v1), "o")
         _line(ax, ks, s.series(stat, vo, ks), _label(vo), "s")
         _lookup_lines(ax, s, spec, 1, stat, ks)   # reference: the tables of the same order
-        ax.set_title(title)
-        ax.set_xlabel("slot $k$")
-        ax.set_xticks(ks)
+        ax.set(title=title, xlabel="slot $k$", xticks=ks)
     axes[0].legend()
     save_item_figure(fig, "fig7_prefix_attention", out_dir, spec)
     pair = f"{vo}-{v1}"

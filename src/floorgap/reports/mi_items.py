@@ -41,6 +41,11 @@ def _pct_tex(x: float) -> str:
     return text if text == "--" else text + "\\%"
 
 
+def _ci(row: pd.Series) -> str:
+    """``[lower, upper]`` of a row, in percent."""
+    return f"[{_pct(row['lower'])}, {_pct(row['upper'])}]"
+
+
 def _order_word(m: int) -> str:
     return _ORDER_WORDS.get(m, str(m))
 
@@ -65,19 +70,12 @@ def mi_locality_latex(summary: MILocality) -> pd.DataFrame:
     tex_rows = []
     for k in summary.slots:
         row = slots[slots["slot"] == k].set_index("order")
-        cells = []
-        for m in orders:
-            if m >= k:
-                cells.append("--")
-            else:
-                cells.append(f"{_pct_tex(row.at[m, 'rho'])} "
-                             f"[{_pct(row.at[m, 'lower'])}, {_pct(row.at[m, 'upper'])}]")
+        cells = [f"{_pct_tex(row.at[m, 'rho'])} {_ci(row.loc[m])}" if m < k else "--"
+                 for m in orders]
         tex_rows.append([str(k)] + cells)
     pl = _section(summary, "pooled").set_index("order")
-    tex_rows.append(["pooled"] + [
-        f"\\textbf{{{_pct_tex(pl.at[m, 'rho'])}}} "
-        f"[{_pct(pl.at[m, 'lower'])}, {_pct(pl.at[m, 'upper'])}]"
-        for m in orders])
+    tex_rows.append(["pooled"] + [f"\\textbf{{{_pct_tex(pl.at[m, 'rho'])}}} {_ci(pl.loc[m])}"
+                                  for m in orders])
     for t, keys in summary.gates:
         gate = _gate_rows(summary, t)
         label = f"ESS $\\geq$ {t:g}" + (" ($M/2$)" if "HalfPaths" in keys else "")
@@ -116,7 +114,7 @@ def _order_macros(summary: MILocality, m: int) -> dict[str, str]:
         macro_name(*base, "pooled"): _pct_tex(pooled["rho"]),
         macro_name(*base, "pooled", "lower"): _pct_tex(pooled["lower"]),
         macro_name(*base, "pooled", "upper"): _pct_tex(pooled["upper"]),
-        macro_name(*base, "pooled", "CI"): f"[{_pct(pooled['lower'])}, {_pct(pooled['upper'])}]",
+        macro_name(*base, "pooled", "CI"): _ci(pooled),
         macro_name(*base, "slot", "min"): _pct_tex(extra["slot_min"]),
         macro_name(*base, "slot", "max"): _pct_tex(extra["slot_max"]),
         macro_name("mi", "order", w, "first", "slot"): str(slots_m[0]) if slots_m else "--",

@@ -12,12 +12,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from floorgap.estimators.serving import largest_risk_lower_bound
 from floorgap.notation import NOTATION
 from floorgap.records import read_metadata, read_table
-from floorgap.reports.common import fmt, fmt_interval, fmt_pct, macro_name, write_table
+from floorgap.reports.common import (GapSummary, fmt, fmt_interval, fmt_pct, item_figure,
+                                     macro_name, role_variants, save_item_figure, write_table)
 
 __all__ = ["fig5_cross_target", "tableC6_api_floors", "tableF3_serving_bounds", "table2_notation"]
 
@@ -40,14 +42,12 @@ def tableC6_api_floors(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
     header = ["Slot", "$\\widetilde T^{(0)}$", "bounds", "$T^{(0)}$ full", "in",
               "$\\widetilde T^{(1)}$ plug-in", "bounds", "$T^{(1)}$ full", "in",
               "$\\widetilde T^{(1)}$ held-out", "removed", "$\\mathbb{E}[r]$"]
-    shown = []
-    for _, r in rows.iterrows():
-        shown.append([str(int(r["slot"])), fmt(r["t0"], 4), fmt_interval(r["t0_lower"],
-                      r["t0_upper"], 4), fmt(r.get("full_t0", math.nan), 4), _count(r, "t0"),
-                      fmt(r["t1_plugin"], 4), fmt_interval(r["t1_plugin_lower"],
-                      r["t1_plugin_upper"], 4), fmt(r.get("full_t1_plugin", math.nan), 4),
-                      _count(r, "t1_plugin"), fmt(r["t1_held_out"], 4),
-                      fmt_pct(r["t1_removed_share"]), fmt(r["omitted"], 4)])
+    shown = [[str(int(r["slot"])), fmt(r["t0"], 4), fmt_interval(r["t0_lower"], r["t0_upper"], 4),
+              fmt(r.get("full_t0", math.nan), 4), _count(r, "t0"), fmt(r["t1_plugin"], 4),
+              fmt_interval(r["t1_plugin_lower"], r["t1_plugin_upper"], 4),
+              fmt(r.get("full_t1_plugin", math.nan), 4), _count(r, "t1_plugin"),
+              fmt(r["t1_held_out"], 4), fmt_pct(r["t1_removed_share"]), fmt(r["omitted"], 4)]
+             for _, r in rows.iterrows()]
     write_table(rows, "tableC6_api_floors", tex_dir=out_dir,
                 latex=pd.DataFrame(shown, columns=header))
     last = rows.iloc[-1]
@@ -93,11 +93,9 @@ def tableF3_serving_bounds(inputs: Mapping[str, Path], spec: Mapping[str, Any], 
     gamma = int(spec["gamma"])
     entries = [dict(e) for e in spec.get("published", [])]
     entries += [{**e, "gamma": gamma} for e in _own_taus(inputs["summary"])]
-    rows = []
-    for e in entries:
-        rows.append({"label": e["label"], "source": e.get("source", ""), "gamma": int(e["gamma"]),
-                     "tau": float(e["tau"]),
-                     "r_min": largest_risk_lower_bound(float(e["tau"]), int(e["gamma"]))})
+    rows = [{"label": e["label"], "source": e.get("source", ""), "gamma": int(e["gamma"]),
+             "tau": float(e["tau"]),
+             "r_min": largest_risk_lower_bound(float(e["tau"]), int(e["gamma"]))} for e in entries]
     df = pd.DataFrame(rows, columns=["label", "source", "gamma", "tau", "r_min"])
     shown = pd.DataFrame([[r.label.replace("_", "\\_"), r.source.replace("#", "\\#"),
                            str(r.gamma), fmt(r.tau, 3), fmt(r.r_min, 3)]
@@ -109,14 +107,10 @@ def tableF3_serving_bounds(inputs: Mapping[str, Path], spec: Mapping[str, Any], 
     own = df[df["source"] == "serving benchmark"]
     published = df.iloc[:len(spec.get("published", []))]
     first = published.iloc[0] if len(published) else None
-    values = {
-        macro_name("bound", "published", "tau"): fmt(first["tau"], 3) if first is not None
-        else "--",
-        macro_name("bound", "published", "gamma"): str(int(first["gamma"])) if first is not None
-        else "--",
-        macro_name("bound", "published", "r"): fmt(first["r_min"], 3) if first is not None
-        else "--",
-    }
+    shown_first = (("--",) * 3 if first is None else
+                   (fmt(first["tau"], 3), str(int(first["gamma"])), fmt(first["r_min"], 3)))
+    values = {macro_name("bound", "published", key): text
+              for key, text in zip(("tau", "gamma", "r"), shown_first)}
     values[macro_name("bound", "own", "r", "max")] = fmt(float(own["r_min"].max()), 3) \
         if len(own) else "--"
     values[macro_name("bound", "published", "rows")] = str(len(spec.get("published", [])))
@@ -143,11 +137,6 @@ def fig5_cross_target(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_d
     G^(0)/R and G^(1)/R^oracle across targets. The targets whose records say they were prompted
     without a chat template (``prompts: plain``, base models) are marked under their names and
     listed in a macro."""
-    import numpy as np
-
-    from floorgap.reports.common import item_figure, save_item_figure
-    from floorgap.reports.common import GapSummary, role_variants
-
     v0, v1, _ = role_variants(spec)
     targets = [k[len("gaps_"):] for k in inputs if k.startswith("gaps_")]
     if not targets:

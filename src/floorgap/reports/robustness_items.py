@@ -100,11 +100,9 @@ def tableC7_sampling_law(inputs: Mapping[str, Path], spec: Mapping[str, Any], ou
     meta = read_metadata(path)
     base, train = _rows(path, "evaluation"), _rows(path, "variant")
     slots = list(base.index)
-    lines = []
-    for k in slots:
-        lines.append([str(k), fmt(base.at[k, "t0"], 3), fmt(train.at[k, "t0"], 3),
-                      "--" if k == 0 else fmt(base.at[k, "t1_split"], 3),
-                      "--" if k == 0 else fmt(train.at[k, "t1_split"], 3)])
+    lines = [[str(k), fmt(base.at[k, "t0"], 3), fmt(train.at[k, "t0"], 3),
+              "--" if k == 0 else fmt(base.at[k, "t1_split"], 3),
+              "--" if k == 0 else fmt(train.at[k, "t1_split"], 3)] for k in slots]
     shown = pd.DataFrame(lines, columns=["slot", "$T^{(0)}$ base", "$T^{(0)}$ train",
                                          "$T^{(1)}$ base", "$T^{(1)}$ train"])
     write_table(read_table(path), "tableC7_sampling_law", tex_dir=out_dir, latex=shown)

@@ -17,21 +17,13 @@ from typing import Any
 
 import pandas as pd
 
-from floorgap.reports.common import (
-    ROLE_STEMS,
-    ServedSummary,
-    fmt,
-    fmt_interval,
-    item_figure,
-    macro_name,
-    role_stem,
-    save_item_figure,
-    tex_text,
-    write_table,
-)
+from floorgap.reports.common import (ROLE_STEMS, ServedSummary, fmt, fmt_interval, item_figure,
+                                     macro_name, role_stem, save_item_figure, tex_text,
+                                     write_table)
 
 __all__ = ["figH_served_vs_offline", "table1_serving", "table9_serving_per_task",
            "table11_concurrency"]
+
 
 def _x(r: pd.Series) -> str:
     return f"{fmt(r['estimate'], 2)}$\\times$"
@@ -65,7 +57,7 @@ def table1_serving(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir:
             sp = s.row("speedup", system, "macro", t, seq)
             line += [_cell_tau(tau), fmt_interval(tau["lower"], tau["upper"], 2), _x(sp),
                      fmt_interval(sp["lower"], sp["upper"], 2)]
-            temp = f"t{t:g}".replace(".", "p")
+            temp = _temp_name(t)
             values[macro_name("serving", system, temp, "tau")] = fmt(tau["estimate"], 2)
             values[macro_name("serving", system, temp, "speedup")] = fmt(sp["estimate"], 2)
         rows.append(line)

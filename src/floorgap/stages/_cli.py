@@ -52,15 +52,32 @@ def stage_parser(prog: str, description: str, *, spec: bool = True) -> argparse.
     return parser
 
 
+#: Help of the file options that mean the same in every stage that takes them.
+FILE_HELP = {"--model-dir": "the materialised target (results/models/<target>)",
+             "--gaps": "the gaps summary of the decompose group (gaps/decompose.parquet)",
+             "--floors": "the floors summary of the same target (floors/summary.parquet)"}
+
+
 def add_files(parser: argparse.ArgumentParser, *options: str,
               help: dict[str, str] | None = None) -> None:
     """Required file options: ``"--corpus"`` takes one path, ``"--paths+"`` one or more;
-    ``help`` maps an option (without the ``+``) to its help text."""
+    ``help`` maps an option (without the ``+``) to its help text (else :data:`FILE_HELP`'s)."""
     for option in options:
         name = option.rstrip("+")
         parser.add_argument(name, required=True, type=Path,
                             nargs="+" if option.endswith("+") else None,
-                            help=(help or {}).get(name))
+                            help={**FILE_HELP, **(help or {})}.get(name))
+
+
+def bootstrap_settings(spec: dict[str, Any]) -> tuple[int, float, int]:
+    """(replicates, interval level, seed) of an analysis spec; a missing key is a StageError."""
+    from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED  # the console parses without torch
+
+    try:
+        n_boot, level = int(spec["bootstrap"]), float(spec["level"])
+    except KeyError as exc:
+        raise StageError(f"--spec lacks analysis key {exc}") from exc
+    return n_boot, level, int(spec.get("seed", DEFAULT_BOOT_SEED))
 
 
 def set_threads(threads: int | None) -> None:

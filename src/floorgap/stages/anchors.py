@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 from floorgap.data.anchors import anchors_from_corpus_file
 from floorgap.records import write_table
-from floorgap.stages._cli import stage_parser
+from floorgap.stages._cli import add_files, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser("floorgap anchors", "Sample the anchors of one domain.")
-    parser.add_argument("--corpus", required=True, type=Path, help="corpus Parquet file")
-    parser.add_argument("--out", required=True, type=Path, help="output Parquet file")
+    add_files(parser, "--corpus", "--out",
+              help={"--corpus": "corpus Parquet file", "--out": "output Parquet file"})
     return parser
 
 

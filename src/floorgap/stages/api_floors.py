@@ -31,15 +31,8 @@ from floorgap.analysis.api_floors import anchor_slot_floors, reads_table, summar
 from floorgap.data.anchors import anchor_contexts, leading_anchors
 from floorgap.errors import StageError
 from floorgap.models.targets import load_target, load_tokenizer
-from floorgap.probes.api_floors import (
-    AnchorJournal,
-    Endpoint,
-    RateLimiter,
-    anchor_prompt,
-    full_vocab_floors,
-    read_anchor,
-    token_ids,
-)
+from floorgap.probes.api_floors import (AnchorJournal, Endpoint, RateLimiter, anchor_prompt,
+                                        full_vocab_floors, read_anchor, token_ids)
 from floorgap.probes.serving import EngineSpec, engine_context_length, running_engine
 from floorgap.progress import progress
 from floorgap.records import fingerprint, read_table, write_table
@@ -60,9 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser("floorgap api_floors",
                           "Floors with omitted-mass bounds through an OpenAI-compatible API.")
     add_files(parser, "--model-dir", "--journal", "--out-reads", "--out-floors", "--out-summary",
-              "--engine-log")
-    parser.add_argument("--corpus", nargs="+", required=True, type=Path)
-    parser.add_argument("--anchors", nargs="+", required=True, type=Path)
+              "--engine-log", "--corpus+", "--anchors+")
     return parser
 
 
@@ -73,12 +64,10 @@ def endpoint_for(spec: Mapping[str, Any], model_dir: Path, engine_log: Path,
     stopped on exit (its context length raised to ``longest_context`` + gamma if the configured
     one is shorter), or the configured remote one."""
     cfg = dict(spec["api_floors"]["endpoint"])
-    common = dict(route=cfg["route"],
-                  top_k=int(spec["api_floors"]["top_k"]),
+    common = dict(route=cfg["route"], top_k=int(spec["api_floors"]["top_k"]),
                   extra_body=cfg.get("extra_body") or {},
                   assistant_fields=cfg.get("assistant_fields") or {},
-                  max_retries=int(cfg["max_retries"]),
-                  timeout_s=float(cfg["timeout_s"]),
+                  max_retries=int(cfg["max_retries"]), timeout_s=float(cfg["timeout_s"]),
                   requests_per_minute=cfg.get("requests_per_minute"))
     if cfg.get("server") != "local":
         yield Endpoint(base_url=cfg["base_url"], model=cfg["model"],
@@ -90,12 +79,11 @@ def endpoint_for(spec: Mapping[str, Any], model_dir: Path, engine_log: Path,
                         python=engine_python(cfg.get("python") or spec["serving_python"]),
                         target_dir=folder, dtype=target["dtype"], device=target["device"],
                         gamma=int(spec["gamma"]), port=int(cfg["port"]),
-                        max_model_len=engine_context_length(
-                            int(cfg["max_model_len"]), longest_context,
-                            int(spec["gamma"]), model_dir),
-                        startup_timeout_s=float(cfg["startup_timeout_s"]),
-                        extra_args=("--max-logprobs", str(int(spec["api_floors"]["top_k"]))),
-                        threads=threads)
+                        max_model_len=engine_context_length(int(cfg["max_model_len"]),
+                                                            longest_context, int(spec["gamma"]),
+                                                            model_dir),
+                        startup_timeout_s=float(cfg["startup_timeout_s"]), threads=threads,
+                        extra_args=("--max-logprobs", str(int(spec["api_floors"]["top_k"]))))
     engine_log.parent.mkdir(parents=True, exist_ok=True)
     with running_engine(engine, engine_log) as url:
         yield Endpoint(base_url=f"{url}/v1", model=folder, **common)
@@ -126,18 +114,16 @@ def read_missing(spec: Mapping[str, Any], args: argparse.Namespace, anchors: Any
     with endpoint_for(spec, args.model_dir, args.engine_log, args.threads,
                       longest_context=longest) as endpoint:
         client, limiter = endpoint.client(), RateLimiter(endpoint.requests_per_minute)
-        with progress(total=len(todo), desc="api_floors", unit="anchor") as bar:
-            for a in todo.itertuples(index=False):
-                prompt = anchor_prompt(route, contexts[a.anchor_id],
-                                       *texts.get(a.anchor_id, (None, None)),
-                                       assistant_fields=endpoint.assistant_fields)
-                seed = derive_seed(int(spec["seed"]), "api_floors", a.anchor_id) % 2**31
-                reads = read_anchor(client, endpoint, prompt, n_paths=int(cfg["paths"]),
-                                    gamma=int(spec["gamma"]), law=law, seed=seed,
-                                    limiter=limiter)
-                journal.append(a.anchor_id, reads)
-                done[a.anchor_id] = reads
-                bar.update(1)
+        for a in progress(todo.itertuples(index=False), total=len(todo), desc="api_floors",
+                          unit="anchor"):
+            prompt = anchor_prompt(route, contexts[a.anchor_id],
+                                   *texts.get(a.anchor_id, (None, None)),
+                                   assistant_fields=endpoint.assistant_fields)
+            seed = derive_seed(int(spec["seed"]), "api_floors", a.anchor_id) % 2**31
+            reads = read_anchor(client, endpoint, prompt, n_paths=int(cfg["paths"]),
+                                gamma=int(spec["gamma"]), law=law, seed=seed, limiter=limiter)
+            journal.append(a.anchor_id, reads)
+            done[a.anchor_id] = reads
     return done
 
 
@@ -147,6 +133,7 @@ def matched_floors(spec: Mapping[str, Any], model_dir: Path, reads: Any,
     along them), one row per anchor and slot."""
     cfg, target, gamma = spec["api_floors"], spec["target"], int(spec["gamma"])
     law = SamplingLaw.from_spec(spec["law"])
+    forward_batch = int(cfg.get("forward_batch", cfg["paths"]))
     model, _ = load_target(model_dir, target["dtype"], target["device"])
     rows = []
     for anchor_id, paths in reads.groupby("anchor_id", sort=False):
@@ -154,11 +141,10 @@ def matched_floors(spec: Mapping[str, Any], model_dir: Path, reads: Any,
             raise StageError(f"{anchor_id}: a path ended before slot {gamma - 1}; the matched "
                              "check needs full blocks (vLLM: extra_body ignore_eos: true)")
         toks = torch.tensor([token_ids(t) for t in paths.sort_values("path")["tokens"]])
-        for f in full_vocab_floors(model, contexts[anchor_id], toks, law=law,
-                                   forward_batch=int(cfg.get("forward_batch", cfg["paths"]))):
-            rows.append({"anchor_id": anchor_id, "slot": f.slot, "t0": f.t0,
-                         "t1_plugin": f.t1_plugin, "t1_split_cov": f.t1_split_cov,
-                         "t1_covered_mass": f.t1_covered_mass})
+        rows += [{"anchor_id": anchor_id, "slot": f.slot, "t0": f.t0, "t1_plugin": f.t1_plugin,
+                  "t1_split_cov": f.t1_split_cov, "t1_covered_mass": f.t1_covered_mass}
+                 for f in full_vocab_floors(model, contexts[anchor_id], toks, law=law,
+                                            forward_batch=forward_batch)]
     return pd.DataFrame(rows)
 
 

@@ -29,13 +29,6 @@ from floorgap.bench.timing import Row, format_table
 from floorgap.records import atomic_path
 
 
-# ------------------------------------------------------------------------- estimators
-
-
-BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
-                            Callable[[argparse.Namespace], list[Row]]]] = {}
-
-
 def _estimators_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement")
     p.add_argument("--lp-instances", type=int, default=1,
@@ -43,13 +36,6 @@ def _estimators_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lp-method", default="highs-ipm",
                    choices=["highs", "highs-ipm", "highs-ds"],
                    help="HiGHS solver for the reference LP (highs-ipm is the fastest here)")
-
-
-BENCHMARKS["estimators"] = ("barycentre vs LP and sort; prompt bootstrap",
-                            _estimators_options, run_estimators)
-
-
-# ------------------------------------------------------------------------- rollouts
 
 
 def _rollouts_options(p: argparse.ArgumentParser) -> None:
@@ -72,13 +58,6 @@ def _rollouts_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context", type=int, default=1024, help="with --shape: context tokens")
     p.add_argument("--baseline-forward-batch", type=int, default=32,
                    help="with --shape: forward batch of the copied-prefix baseline")
-
-
-BENCHMARKS["rollouts"] = ("rollout probe vs generate(num_return_sequences=M)",
-                          _rollouts_options, run_rollouts)
-
-
-# ------------------------------------------------------------------------- reveal
 
 
 def _reveal_options(p: argparse.ArgumentParser) -> None:
@@ -104,8 +83,16 @@ def _reveal_options(p: argparse.ArgumentParser) -> None:
                    help="also write the per-j floors, ESS, pi and prompt ids as .npz")
 
 
-BENCHMARKS["reveal"] = ("importance route of T^(1): interval width against revealed paths J",
-                        _reveal_options, run_reveal)
+#: Benchmark -> (one line of help, the function adding its options, the function running it).
+BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
+                            Callable[[argparse.Namespace], list[Row]]]] = {
+    "estimators": ("barycentre vs LP and sort; prompt bootstrap", _estimators_options,
+                   run_estimators),
+    "rollouts": ("rollout probe vs generate(num_return_sequences=M)", _rollouts_options,
+                 run_rollouts),
+    "reveal": ("importance route of T^(1): interval width against revealed paths J",
+               _reveal_options, run_reveal),
+}
 
 
 # ------------------------------------------------------------------------- driver

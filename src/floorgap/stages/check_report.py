@@ -2,12 +2,12 @@
 [--fidelity F.json ...] [--replay ROUNDS.parquet ...] [--served REQUESTS RUNS ...]
 --out-html index.html --out-md summary.md [--log LOG]``
 
-One check of the config's ``check`` section (see :mod:`floorgap.reports.check`): for the
-drafters it names (decompose drafters of one target), their floor and model gap by slot beside
-the lookup tables, offline tau, the single-slot best-response gain, the export and served
-checks (export_fidelity records; serving_replay records of the folders it served), the verdict
-lines and, for several drafters, their paired differences; written as a page (``index.html``,
-figures inline) and a markdown summary. The spec is ``WorkflowSpec.check_spec``. ``floorgap check FOLDER ...``
+One check of the config's ``check`` section (see :mod:`floorgap.reports.check`): for the drafters
+it names (decompose drafters of one target), their floor and model gap by slot beside the lookup
+tables, offline tau, the single-slot best-response gain, the export and served checks
+(export_fidelity records; serving_replay records of the folders it served), the verdict lines and,
+for several drafters, their paired differences; written as a page (``index.html``, figures inline)
+and a markdown summary. The spec is ``WorkflowSpec.check_spec``. ``floorgap check FOLDER ...``
 runs the workflow up to this stage.
 """
 
@@ -30,9 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser("floorgap check_report",
                           "One check of drafters: verdicts, figures and tables as a page.")
     add_files(parser, "--gaps", "--floors", "--out-html", "--out-md",
-              help={"--gaps": "the gaps summary of the decompose group (gaps/decompose.parquet)",
-                    "--floors": "the floors summary of the same target (floors/summary.parquet)",
-                    "--out-html": "the page (results/check/<name>/index.html)",
+              help={"--out-html": "the page (results/check/<name>/index.html)",
                     "--out-md": "the markdown summary (results/check/<name>/summary.md)"})
     parser.add_argument("--fidelity", type=Path, nargs="*", default=[],
                         help="export_fidelity records of the drafters with a reference")
@@ -94,10 +92,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     for path in (args.gaps, args.floors):
         if not path.exists():
             raise StageError(f"{path} does not exist; run the gaps and floors stages first")
-    fidelity = {}
-    for path in args.fidelity:
-        record = json.loads(path.read_text())
-        fidelity[str(record["drafter"])] = record
+    records = [json.loads(path.read_text()) for path in args.fidelity]
+    fidelity = {str(record["drafter"]): record for record in records}
     try:
         report = build_check(args.gaps, args.floors, spec, fidelity=fidelity,
                              served=served_checks(args.replay, spec, logger,

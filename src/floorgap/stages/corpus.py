@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 from floorgap.data.corpus import build_corpus
 from floorgap.models.targets import load_target, read_model_info
 from floorgap.records import write_table
-from floorgap.stages._cli import stage_parser
+from floorgap.stages._cli import add_files, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser("floorgap corpus", "Generate the target-sampled corpus of one domain.")
-    parser.add_argument("--model-dir", required=True, type=Path,
-                        help="materialised target folder (floorgap models)")
-    parser.add_argument("--out", required=True, type=Path, help="output Parquet file")
+    add_files(parser, "--model-dir", "--out", help={"--out": "output Parquet file"})
     return parser
 
 

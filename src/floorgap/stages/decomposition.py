@@ -1,13 +1,13 @@
 """``floorgap decomposition --spec JSON --gaps DECOMPOSE.parquet --floors SUMMARY.parquet
 --out-csv NAME.csv --out-tex NAME.tex --out-md NAME.md [--log LOG]``
 
-One drafter of the config's ``decompose`` section split into information floor and model gap
-by slot (see :mod:`floorgap.reports.decomposition`): from the gaps summary of the
-``decompose`` group and the floors summary of the same target, a long csv (statistic, slot,
-estimate, lower, upper), a LaTeX ``tabular`` and a markdown table. The spec holds ``target``,
-``drafter`` (the name), ``entry`` (its config entry, with the resolved ``kind``), ``level``
-(the bootstrap interval level) and ``lookups`` (the lookup tables of its order beside it). ``floorgap decompose FOLDER`` runs the workflow up to this
-stage for a checkpoint folder of your own.
+One drafter of the config's ``decompose`` section split into information floor and model gap by
+slot (see :mod:`floorgap.reports.decomposition`): from the gaps summary of the ``decompose`` group
+and the floors summary of the same target, a long csv (statistic, slot, estimate, lower, upper), a
+LaTeX ``tabular`` and a markdown table. The spec holds ``target``, ``drafter`` (the name),
+``entry`` (its config entry, with the resolved ``kind``), ``level`` (the bootstrap interval level)
+and ``lookups`` (the lookup tables of its order beside it). ``floorgap decompose FOLDER`` runs the
+workflow up to this stage for a checkpoint folder of your own.
 """
 
 from __future__ import annotations
@@ -24,9 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser("floorgap decomposition",
                           "One drafter's rejection split into floor and model gap by slot.")
     add_files(parser, "--gaps", "--floors", "--out-csv", "--out-tex", "--out-md",
-              help={"--gaps": "the gaps summary of the decompose group (gaps/decompose.parquet)",
-                    "--floors": "the floors summary of the same target (floors/summary.parquet)",
-                    "--out-csv": "long table: statistic, slot, estimate, lower, upper",
+              help={"--out-csv": "long table: statistic, slot, estimate, lower, upper",
                     "--out-tex": "LaTeX tabular by slot",
                     "--out-md": "markdown table by slot"})
     return parser

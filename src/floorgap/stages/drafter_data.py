@@ -27,24 +27,16 @@ import torch
 from floorgap.data.drafter_data import batch_folder, build_drafter_data
 from floorgap.errors import StageError
 from floorgap.models.targets import load_target, read_model_info, torch_dtype
-from floorgap.records import (
-    Journal,
-    atomic_path,
-    fingerprint,
-    read_metadata,
-    read_table,
-    sha256_file,
-)
-from floorgap.stages._cli import stage_parser
+from floorgap.records import (Journal, atomic_path, fingerprint, read_metadata, read_table,
+                              sha256_file)
+from floorgap.stages._cli import add_files, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser("floorgap drafter_data",
                           "Generate drafter training blocks with the target.")
-    parser.add_argument("--model-dir", required=True, type=Path)
-    parser.add_argument("--corpus", required=True, type=Path, nargs="+",
-                        help="evaluation corpus of every domain (its prompts are excluded)")
-    parser.add_argument("--out", required=True, type=Path)
+    add_files(parser, "--model-dir", "--corpus+", "--out",
+              help={"--corpus": "evaluation corpus of every domain (its prompts are excluded)"})
     parser.add_argument("--journal", type=Path, default=None,
                         help="journal of finished response batches (default: beside --out)")
     return parser

@@ -1,11 +1,11 @@
 """``floorgap drafters --spec JSON --model-dir DIR --data TRAIN_DATA --out FINAL``
 
-Train one drafter variant (or import one: see "Checkpoint variants" below) on a target's training record (floorgap.data.drafter_data) and write
-``FINAL`` (``final.pt``): the trainable weights, the filled ``DrafterConfig``, the fingerprint of
-the frozen target tables and the training provenance, atomically. Per-epoch checkpoints and the
-loss log (``log.jsonl``, one record per logged step and per epoch, with tokens/s) go to
-``--checkpoints`` (default ``<FINAL's folder>/checkpoints``); ``--train-log`` receives a copy of
-the loss log at the end.
+Train one drafter variant (or import one: see "Checkpoint variants" below) on a target's training
+record (floorgap.data.drafter_data) and write ``FINAL`` (``final.pt``): the trainable weights, the
+filled ``DrafterConfig``, the fingerprint of the frozen target tables and the training provenance,
+atomically. Per-epoch checkpoints and the loss log (``log.jsonl``, one record per logged step and
+per epoch, with tokens/s) go to ``--checkpoints`` (default ``<FINAL's folder>/checkpoints``);
+``--train-log`` receives a copy of the loss log at the end.
 
 The training itself is :func:`floorgap.models.drafter_training.train_variant`; the file formats
 are those of :mod:`floorgap.models.checkpoints`.
@@ -60,32 +60,24 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from floorgap.config import LOOKUP_KINDS
 from floorgap.errors import StageError
-from floorgap.models.checkpoints import (
-    checkpoint_path,
-    export_epochs,
-    final_record,
-    load_checkpoint,
-)
-from floorgap.models.drafter_training import (
-    check_variant,
-    fit_lookup_variant,
-    import_variant,
-    train_variant,
-)
+from floorgap.models.checkpoints import (checkpoint_path, export_epochs, final_record,
+                                         load_checkpoint)
+from floorgap.models.drafter_training import (check_variant, fit_lookup_variant, import_variant,
+                                              train_variant)
 from floorgap.models.training import init_distributed
 from floorgap.records import atomic_path
-from floorgap.stages._cli import stage_parser
+from floorgap.stages._cli import add_files, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser("floorgap drafters", "Train one drafter variant on a target.")
-    parser.add_argument("--model-dir", required=True, type=Path)
+    add_files(parser, "--model-dir", "--out", help={"--out": "final.pt"})
     parser.add_argument("--data", type=Path, default=None,
                         help="drafter training record (required unless the variant imports a "
                              "checkpoint)")
-    parser.add_argument("--out", required=True, type=Path, help="final.pt")
     parser.add_argument("--checkpoints", type=Path, default=None,
-                        help="per-epoch checkpoints and log.jsonl (default: OUT's folder/checkpoints)")
+                        help="per-epoch checkpoints and log.jsonl (default: OUT's "
+                             "folder/checkpoints)")
     parser.add_argument("--train-log", type=Path, default=None, help="copy of the loss log")
     parser.add_argument("--epochs-dir", type=Path, default=None,
                         help="folder for every epoch's weights as epoch-<e>.pt (final format), "
@@ -150,43 +142,35 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
                          run.drafter_config, target["name"], variant, run.data_sha,
                          run.result.epochs, run.world)
     final["kept_epoch"] = run.kept_epoch
-    with atomic_path(args.out) as tmp:
-        torch.save(final, tmp)
-    if args.epochs_dir is not None:
-        args.epochs_dir.mkdir(parents=True, exist_ok=True)
-        if spec.get("export_epochs"):
-            export_epochs(ckpt_dir, args.epochs_dir, run.epochs, run.drafter_config,
-                          target["name"], variant, run.data_sha, run.world)
-    if args.train_log is not None:
-        with atomic_path(args.train_log) as tmp:
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in run.result.log))
+    _write_final(args, final, "".join(json.dumps(r) + "\n" for r in run.result.log))
+    if args.epochs_dir is not None and spec.get("export_epochs"):
+        export_epochs(ckpt_dir, args.epochs_dir, run.epochs, run.drafter_config,
+                      target["name"], variant, run.data_sha, run.world)
     logger.info("wrote %s", args.out)
 
 
 def _fit_table(args: argparse.Namespace, logger: logging.Logger) -> None:
-    """A lookup-table variant: FINAL holds the fitted table, an empty train log, no epochs."""
+    """A lookup-table variant: FINAL holds the fitted table."""
     if args.data is None:
         raise StageError(f"variant {args.spec['variant']['name']} is estimated from the "
                          "training record: give --data")
-    record = fit_lookup_variant(args.spec, args.data, logger)
+    _write_final(args, fit_lookup_variant(args.spec, args.data, logger))
+    logger.info("wrote %s (a lookup table)", args.out)
+
+
+def _import(args: argparse.Namespace, logger: logging.Logger) -> None:
+    """A checkpoint variant: FINAL imported from its folder."""
+    _write_final(args, import_variant(args.spec, args.model_dir, logger))
+    logger.info("wrote %s (imported, not trained)", args.out)
+
+
+def _write_final(args: argparse.Namespace, record: dict, train_log: str = "") -> None:
+    """FINAL (``record``), the epochs folder (created; empty for a variant not trained) and the
+    train log (``train_log``; empty for a variant not trained)."""
     with atomic_path(args.out) as tmp:
         torch.save(record, tmp)
     if args.epochs_dir is not None:
         args.epochs_dir.mkdir(parents=True, exist_ok=True)
     if args.train_log is not None:
         with atomic_path(args.train_log) as tmp:
-            tmp.write_text("")
-    logger.info("wrote %s (a lookup table)", args.out)
-
-
-def _import(args: argparse.Namespace, logger: logging.Logger) -> None:
-    """A checkpoint variant: FINAL imported from its folder, an empty train log, no epochs."""
-    record = import_variant(args.spec, args.model_dir, logger)
-    with atomic_path(args.out) as tmp:
-        torch.save(record, tmp)
-    if args.epochs_dir is not None:
-        args.epochs_dir.mkdir(parents=True, exist_ok=True)  # no training epochs
-    if args.train_log is not None:
-        with atomic_path(args.train_log) as tmp:
-            tmp.write_text("")  # nothing was trained
-    logger.info("wrote %s (imported, not trained)", args.out)
+            tmp.write_text(train_log)

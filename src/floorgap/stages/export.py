@@ -37,8 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser("floorgap export",
                           "Write one trained drafter as a serving-engine checkpoint folder.")
     add_files(parser, "--model-dir", "--drafter", "--out",
-              help={"--model-dir": "the target's model folder (results/models/<target>)",
-                    "--drafter": "the trained drafter (results/<target>/drafters/<v>/final.pt)",
+              help={"--drafter": "the trained drafter (results/<target>/drafters/<v>/final.pt)",
                     "--out": "the checkpoint folder to write (config.json, model.safetensors)"})
     return parser
 

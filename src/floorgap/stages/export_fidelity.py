@@ -7,8 +7,9 @@ reference (a ``final.pt`` of the drafters stage) loaded, and both run on the fir
 ``anchors_per_domain`` anchors of every domain (the context, the target's block as the
 predecessors). Writes, as JSON, per slot the largest |q_ref - q|, the mean TV and the argmax
 agreement; or, when the folder cannot be read with the reference's slots or order, the error
-(itself a layout fault); and the faults it names from the folder's config and weights set
-beside the reference's (``causes``, :func:`floorgap.probes.export_fidelity.diagnose_folder`). The spec is ``WorkflowSpec.fidelity_spec``.
+(itself a layout fault); and the faults it names from the folder's config and weights set beside
+the reference's (``causes``, :func:`floorgap.probes.export_fidelity.diagnose_folder`). The spec is
+``WorkflowSpec.fidelity_spec``.
 """
 
 from __future__ import annotations
@@ -37,8 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser("floorgap export_fidelity",
                           "A checked folder against the weights it was exported from.")
     add_files(parser, "--model-dir", "--corpus+", "--anchors+", "--out",
-              help={"--model-dir": "the materialised target",
-                    "--corpus": "the corpus of each domain, in the anchors' order",
+              help={"--corpus": "the corpus of each domain, in the anchors' order",
                     "--anchors": "the anchors of each domain",
                     "--out": "results/check/<name>/fidelity/<drafter>.json"})
     return parser

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 import pandas as pd
 
@@ -30,9 +29,7 @@ from floorgap.stages._cli import add_files, stage_parser
 def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser("floorgap floor_variants",
                           "Floors with one setting changed (M, gamma or the sampling law).")
-    add_files(parser, "--model-dir", "--out", "--out-summary")
-    parser.add_argument("--corpus", nargs="+", required=True, type=Path)
-    parser.add_argument("--anchors", nargs="+", required=True, type=Path)
+    add_files(parser, "--model-dir", "--out", "--out-summary", "--corpus+", "--anchors+")
     return parser
 
 
@@ -42,9 +39,7 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     name = variant["name"]
     gamma = int(variant.get("gamma", spec["gamma"]))
     paths = [int(m) for m in variant.get("paths", [spec["paths"]])]
-    laws = {"evaluation": spec["law"]}
-    if "law" in variant:
-        laws = {"evaluation": spec["law"], "variant": variant["law"]}
+    laws = {"evaluation": spec["law"], **({"variant": variant["law"]} if "law" in variant else {})}
     corpus = pd.concat([read_table(f) for f in args.corpus], ignore_index=True)
     anchors = leading_anchors(pd.concat([read_table(f) for f in args.anchors], ignore_index=True),
                               int(spec["anchors_per_domain"]),
@@ -55,14 +50,10 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     logger.info("variant %s: %d anchors, gamma %d, M %s, laws %s", name, len(anchors), gamma,
                 paths, laws)
     model, _ = load_target(args.model_dir, target["dtype"], target["device"])
-    frames = []
-    for label, law in laws.items():
-        rows = variant_floor_rows(model, anchors, corpus, paths=paths, gamma=gamma,
-                                  law=SamplingLaw.from_spec(law),
-                                  forward_batch=int(spec["forward_batch"]),
-                                  desc=f"{name} ({label} law)")
-        frames.append(pd.DataFrame(rows).assign(law=label))
-    out = pd.concat(frames, ignore_index=True)
+    out = pd.concat([pd.DataFrame(variant_floor_rows(
+        model, anchors, corpus, paths=paths, gamma=gamma, law=SamplingLaw.from_spec(law),
+        forward_batch=int(spec["forward_batch"]), desc=f"{name} ({label} law)")).assign(law=label)
+        for label, law in laws.items()], ignore_index=True)
     meta = {"stage": "floor_variants", "variant": variant, "target": target["name"],
             "gamma": gamma, "paths": paths, "laws": laws, "anchors": len(anchors),
             "anchors_per_domain": int(spec["anchors_per_domain"])}

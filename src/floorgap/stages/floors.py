@@ -18,19 +18,13 @@ from __future__ import annotations
 import argparse
 import logging
 
-from floorgap.analysis.floors import (
-    anchor_slot_table,
-    check_anchor_slot_table,
-    check_reveal_undefined,
-    load_records,
-    log_record_problems,
-    summarise,
-)
+from floorgap.analysis.floors import (anchor_slot_table, check_anchor_slot_table,
+                                      check_reveal_undefined, load_records, log_record_problems,
+                                      summarise)
 from floorgap.errors import StageError
-from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED
 from floorgap.progress import Timer
 from floorgap.records import write_table
-from floorgap.stages._cli import add_files, stage_parser
+from floorgap.stages._cli import add_files, bootstrap_settings, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,13 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     spec = args.spec
+    n_boot, level, seed = bootstrap_settings(spec)
     try:
-        n_boot, level = int(spec["bootstrap"]), float(spec["level"])
-        ks = sorted(int(k) for k in spec["kmedian_k"])
-        restarts = int(spec["kmedian_restarts"])
+        ks, restarts = sorted(int(k) for k in spec["kmedian_k"]), int(spec["kmedian_restarts"])
     except KeyError as exc:
         raise StageError(f"--spec lacks analysis key {exc}") from exc
-    seed = int(spec.get("seed", DEFAULT_BOOT_SEED))
 
     timer = Timer()
     # A RecordMismatch is a StageError: the stage reports it as one line naming the files.
@@ -77,8 +69,8 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     check_reveal_undefined(summary, float(spec["reveal_undefined_max"]))
 
     meta = {"stage": "floors", "target": records.target, "prompts": records.prompts,
-            "gamma": records.gamma,
-            "paths_per_anchor": records.paths_per_anchor, "store_top_k": records.top_k,
+            "gamma": records.gamma, "paths_per_anchor": records.paths_per_anchor,
+            "store_top_k": records.top_k,
             "reveal_paths": records.reveal_paths, "analysis": spec, "seed": seed,
             "domains": records.domains, "issues": counts,
             "inputs": {"anchors": [str(p) for p in args.anchors],

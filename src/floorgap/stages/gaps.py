@@ -22,10 +22,9 @@ import logging
 from floorgap.analysis.gaps import load_records, per_anchor_floor_check, summarise
 from floorgap.analysis.lookup_verdicts import lookup_verdicts
 from floorgap.errors import StageError
-from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED
 from floorgap.progress import Timer
 from floorgap.records import write_table
-from floorgap.stages._cli import add_files, stage_parser
+from floorgap.stages._cli import add_files, bootstrap_settings, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,11 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     spec = args.spec
-    try:
-        n_boot, level = int(spec["bootstrap"]), float(spec["level"])
-    except KeyError as exc:
-        raise StageError(f"--spec lacks analysis key {exc}") from exc
-    seed = int(spec.get("seed", DEFAULT_BOOT_SEED))
+    n_boot, level, seed = bootstrap_settings(spec)
     if "contrasts" not in spec:
         raise StageError("--spec lacks 'contrasts' (pairs [a, b] of variants to compare; "
                          "the workflow names ours and the order-1 baseline from drafters.roles)")

@@ -18,7 +18,7 @@ from pathlib import Path
 from floorgap.errors import StageError
 from floorgap.reports.common import write_values
 from floorgap.reports.registry import report_items
-from floorgap.stages._cli import parse_spec, stage_parser
+from floorgap.stages._cli import add_files, parse_spec, stage_parser
 
 
 def _named_input(text: str) -> tuple[str, Path]:
@@ -39,10 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="JSON object (or @file) of the item's options")
     parser.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                         help="a module with more items (a list ITEMS of ReportItem; repeatable)")
-    parser.add_argument("--out-dir", required=True, type=Path,
-                        help="folder of the item's output files")
-    parser.add_argument("--out-values", required=True, type=Path,
-                        help="values fragment to write")
+    add_files(parser, "--out-dir", "--out-values",
+              help={"--out-dir": "folder of the item's output files",
+                    "--out-values": "values fragment to write"})
     return parser
 
 

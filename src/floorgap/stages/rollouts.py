@@ -41,8 +41,9 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     run = roll_out_anchors(model, anchors, corpus, cfg=cfg, gamma=gamma, law=law,
                            desc=f"rollouts shard {spec['shard']}")
     meta = {"target": target["name"], "prompts": prompt_format(target),
-            "domain": anchor_meta.get("domain"), "rollouts": cfg, "law": spec["law"], "gamma": gamma, "shard": spec["shard"],
-            "anchors": len(anchors), "dtype": target["dtype"], "device": target["device"],
+            "domain": anchor_meta.get("domain"), "rollouts": cfg, "law": spec["law"],
+            "gamma": gamma, "shard": spec["shard"], "anchors": len(anchors),
+            "dtype": target["dtype"], "device": target["device"],
             "stand_in_for": anchor_meta.get("stand_in_for")}
     write_table(args.out_paths, dataclass_rows(run.path_rows), meta)
     write_table(args.out_floors, dataclass_rows(run.floor_rows), meta)

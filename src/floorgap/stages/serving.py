@@ -44,32 +44,21 @@ import pandas as pd
 from floorgap.config import ENGINE_KINDS
 from floorgap.errors import StageError
 from floorgap.probes.engine_counts import settled_engine_counts
-from floorgap.probes.serving import (
-    EngineSpec,
-    ServedRequest,
-    ServedRun,
-    ServingRow,
-    engine_context_length,
-    running_engine,
-    serve_run,
-)
+from floorgap.probes.serving import (EngineSpec, ServedRequest, ServedRun, ServingRow,
+                                     engine_context_length, running_engine, serve_run)
 from floorgap.progress import progress
 from floorgap.records import Journal, fingerprint, read_table, sha256_file, write_table
 from floorgap.seeds import derive_seed
-from floorgap.stages._cli import stage_parser
+from floorgap.stages._cli import add_files, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser("floorgap serving", "Serve one system in a real engine and time it.")
-    parser.add_argument("--model-dir", required=True, type=Path)
-    parser.add_argument("--rows", required=True, type=Path,
-                        help="the serving_rows stage's rows.parquet")
+    add_files(parser, "--model-dir", "--rows", "--out-requests", "--out-runs", "--engine-log",
+              help={"--rows": "the serving_rows stage's rows.parquet",
+                    "--engine-log": "the engine server's own output"})
     parser.add_argument("--drafter-dir", type=Path, default=None,
                         help="the drafter's exported folder (in the engine's layout)")
-    parser.add_argument("--out-requests", required=True, type=Path)
-    parser.add_argument("--out-runs", required=True, type=Path)
-    parser.add_argument("--engine-log", required=True, type=Path,
-                        help="the engine server's own output")
     parser.add_argument("--journal", type=Path, default=None,
                         help="journal of finished runs (default: beside --out-requests)")
     return parser
@@ -110,11 +99,10 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
                         dtype=cfg.get("dtype") or target["dtype"], device=target["device"],
                         gamma=int(spec["gamma"]), kind=kind,
                         drafter_dir=str(args.drafter_dir.absolute()) if args.drafter_dir else None,
-                        layout=system.get("format"),
-                        port=int(cfg["port"]), max_model_len=max_model_len,
+                        layout=system.get("format"), port=int(cfg["port"]),
+                        max_model_len=max_model_len,
                         startup_timeout_s=float(cfg["startup_timeout_s"]),
-                        draft_sampling=str(cfg["draft_sampling"]),
-                        threads=args.threads,
+                        draft_sampling=str(cfg["draft_sampling"]), threads=args.threads,
                         max_concurrency=max(int(c) for c in cfg["concurrency"]),
                         engine_counters=bool(kind) and bool(cfg["engine_counters"])
                         and cfg["engine"] == "vllm")
@@ -161,9 +149,8 @@ def serve_runs(engine: Any, spec: dict[str, Any], rows: dict[str, list[Any]],
                     resumed, len(settings), len(todo))
     if todo:
         args.engine_log.parent.mkdir(parents=True, exist_ok=True)
-        with running_engine(engine, args.engine_log), \
-                progress(total=len(todo), desc=f"serving {system['name']}", unit="run") as bar:
-            for temp, conc, task in todo:
+        with running_engine(engine, args.engine_log):
+            for temp, conc, task in progress(todo, desc=f"serving {system['name']}", unit="run"):
                 seeds = [derive_seed(int(spec["seed"]), "serving", r.row_id, temp)
                          for r in rows[task]]
                 before = settled_engine_counts(engine) if engine.engine_counters else None
@@ -181,7 +168,6 @@ def serve_runs(engine: Any, spec: dict[str, Any], rows: dict[str, list[Any]],
                 logger.info("%s T=%g C=%d %s: %d requests, %d tokens in %.2f s, tau %.3f",
                             system["name"], temp, conc, task, len(reqs), run.completion_tokens,
                             run.wall_s, tau)
-                bar.update(1)
     requests, runs = [], []
     for key in (_run_key(*s) for s in settings):
         requests += [ServedRequest(**q) for q in done[key]["requests"]]

@@ -35,13 +35,11 @@ from floorgap.stages._cli import add_files, stage_parser
 def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser("floorgap serving_replay",
                           "Replay a drafter's served rounds offline (accept factors, TV).")
-    parser.add_argument("--model-dir", required=True, type=Path)
-    parser.add_argument("--drafter-dir", required=True, type=Path,
-                        help="the exported folder the engine served")
+    add_files(parser, "--model-dir", "--drafter-dir", "--rows", "--requests", "--out",
+              help={"--drafter-dir": "the exported folder the engine served"})
     parser.add_argument("--reference", type=Path, default=None,
                         help="replay with these weights (a final.pt the folder was exported "
                              "from) instead of floorgap's import of the folder")
-    add_files(parser, "--rows", "--requests", "--out")
     return parser
 
 

@@ -20,26 +20,23 @@ import torch
 from floorgap.data.serving_rows import select_serving_rows
 from floorgap.models.targets import load_tokenizer
 from floorgap.records import read_table, write_table
-from floorgap.stages._cli import stage_parser
+from floorgap.stages._cli import add_files, stage_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser("floorgap serving_rows", "Select the serving benchmark's rows.")
-    parser.add_argument("--model-dir", required=True, type=Path)
+    add_files(parser, "--model-dir", "--out")
     parser.add_argument("--corpus", type=Path, nargs="*", default=[],
                         help="evaluation corpora of the floors (their prompts are excluded)")
     parser.add_argument("--training-data", type=Path, default=None,
                         help="the drafter_data record (its training prompts are excluded)")
-    parser.add_argument("--out", required=True, type=Path)
     return parser
 
 
 def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     spec = args.spec
     target = spec["target"]
-    used: list[str] = []
-    for path in args.corpus:
-        used += list(read_table(path)["prompt_id"].astype(str))
+    used = [str(p) for path in args.corpus for p in read_table(path)["prompt_id"]]
     if args.training_data is not None:
         # memory-mapped: only the prompt ids are read, not the targets and features
         data = torch.load(args.training_data, map_location="cpu", weights_only=True, mmap=True)

@@ -3,9 +3,9 @@
 
 The serving summary of one target (see floorgap.analysis.serving): accepted length and speedup
 over AR by system, task, temperature and concurrency, with task macros and row-bootstrap
-intervals, and with the drafters' serving_replay records the served-vs-offline rows (served
-and offline-predicted tau on the same rounds, the exact acceptance test). The spec holds ``target``, ``tasks`` (the order of the tables), ``bootstrap``,
-``level`` and ``seed``.
+intervals, and with the drafters' serving_replay records the served-vs-offline rows (served and
+offline-predicted tau on the same rounds, the exact acceptance test). The spec holds ``target``,
+``tasks`` (the order of the tables), ``bootstrap``, ``level`` and ``seed``.
 """
 
 from __future__ import annotations

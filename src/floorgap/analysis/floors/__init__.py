@@ -34,17 +34,10 @@ table, :mod:`.summary` aggregates it (with the statistics' notes in :mod:`.notes
 """
 
 from floorgap.analysis.floors.load import FloorRecords, Issue, load_records
-from floorgap.analysis.floors.summary import (
-    SUMMARY_COLUMNS,
-    check_reveal_undefined,
-    log_record_problems,
-    summarise,
-)
-from floorgap.analysis.floors.table import (
-    ANCHOR_SLOT_COLUMNS,
-    anchor_slot_table,
-    check_anchor_slot_table,
-)
+from floorgap.analysis.floors.summary import (SUMMARY_COLUMNS, check_reveal_undefined,
+                                              log_record_problems, summarise)
+from floorgap.analysis.floors.table import (ANCHOR_SLOT_COLUMNS, anchor_slot_table,
+                                            check_anchor_slot_table)
 from floorgap.errors import RecordMismatch
 
 __all__ = [

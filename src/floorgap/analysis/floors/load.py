@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -69,10 +70,7 @@ class FloorRecords:
     prompts: str | None = None
 
     def issue_counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for issue in self.issues:
-            out[issue.kind] = out.get(issue.kind, 0) + 1
-        return out
+        return dict(Counter(issue.kind for issue in self.issues))
 
 
 # -- loading and validation ---------------------------------------------------------------------
@@ -110,8 +108,7 @@ def _read_anchors(files: Sequence[Path]) -> tuple[pd.DataFrame, dict[str, dict],
         if len(names) != 1:
             raise RecordMismatch(f"{f} mixes domains {names}")
         domains[names[0]] = _domain_facts(meta, df)
-        df = df.assign(anchors_file=str(f))
-        frames.append(df)
+        frames.append(df.assign(anchors_file=str(f)))
     anchors = pd.concat(frames, ignore_index=True)
     dup = anchors["anchor_id"][anchors["anchor_id"].duplicated()].unique().tolist()
     if dup:
@@ -119,10 +116,10 @@ def _read_anchors(files: Sequence[Path]) -> tuple[pd.DataFrame, dict[str, dict],
         raise RecordMismatch(f"anchors {dup[:5]} appear more than once in {files_of}")
     if len(set(gammas.values())) > 1:
         raise RecordMismatch(f"anchors files disagree on gamma: {gammas}")
-    if not bool(((anchors["pi"] > 0) & (anchors["pi"] <= 1)).all()):
-        bad = anchors[~((anchors["pi"] > 0) & (anchors["pi"] <= 1))]
+    bad_pi = ~((anchors["pi"] > 0) & (anchors["pi"] <= 1))
+    if bool(bad_pi.any()):
         raise RecordMismatch(f"inclusion probabilities outside (0, 1] in "
-                             f"{bad['anchors_file'].unique().tolist()}")
+                             f"{anchors[bad_pi]['anchors_file'].unique().tolist()}")
     if "stratum" not in anchors:
         anchors["stratum"] = ""
     gamma = next(iter(gammas.values())) if gammas else None
@@ -263,9 +260,8 @@ def _path_arrays(rows: pd.DataFrame, gamma: int, M: int, source: dict[int, str],
             issues.append(Issue("path_corrupt", anchor_id, -1, r, src, problem))
             continue
         good[r] = (tokens, ids, probs, resid)
-    missing = sorted(set(range(M)) - seen)
-    for r in missing:
-        issues.append(Issue("path_missing", anchor_id, -1, r, "", "no record of this path"))
+    issues += [Issue("path_missing", anchor_id, -1, r, "", "no record of this path")
+               for r in sorted(set(range(M)) - seen)]
     if issues or len(good) != M:
         return None, issues
     K = width // gamma
@@ -365,9 +361,10 @@ def _floor_cells(anchors: pd.DataFrame, floors_df: pd.DataFrame, gamma: int, rev
     for a in anchors.itertuples(index=False):
         by_slot = _floor_rows_by_slot(a.anchor_id, floors_by_anchor.get(a.anchor_id), gamma,
                                       reveal, issues)
-        for k in range(gamma):
-            cell_rows.append(_floor_cell(a.anchor_id, k, by_slot.get(k, []), issues))
+        cell_rows += [_floor_cell(a.anchor_id, k, by_slot.get(k, []), issues)
+                      for k in range(gamma)]
     return pd.DataFrame(cell_rows)
+
 
 
 def _anchor_path_arrays(anchors: pd.DataFrame, paths_df: pd.DataFrame, gamma: int, M: int,

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Sequence
+
 from pathlib import Path
 
 import numpy as np
@@ -16,13 +18,9 @@ import torch
 from floorgap.analysis.floors.load import FloorRecords, Issue
 from floorgap.analysis.floors.notes import NOTES
 from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED, cluster_resample, prompt_bootstrap
-from floorgap.estimators.concentration import (
-    percentile_interval_finite,
-    top_share,
-    weighted_bootstrap,
-    weighted_correlation,
-    weighted_quantile,
-)
+from floorgap.estimators.concentration import (percentile_interval_finite, top_share,
+                                               weighted_bootstrap, weighted_correlation,
+                                               weighted_quantile)
 from floorgap.errors import StageError
 
 log = logging.getLogger("floorgap.floors")
@@ -161,12 +159,18 @@ def _floor_block(rows: list[dict], s: _Scope, reveal_paths: int) -> None:
         "share_removed_split_max": (t0, lower, ok),
     }
     for name, (base, t1, mask) in shares.items():
-        num, den = base - t1, base
-        _emit_slots(rows, name, s.name, s.ratio(num, den, mask), deep)
-        est, lo, hi, n = s.ratio(_pooled(num, mask, deep), _pooled(den, mask, deep),
-                                 mask[:, list(deep)].any(1, keepdim=True))
-        _emit(rows, name, s.name, -1, est[0], lo[0], hi[0], n[0],
-              NOTES[name] + "; pooled over slots 1..gamma-1")
+        _emit_slots(rows, name, s.name, s.ratio(base - t1, base, mask), deep)
+        _emit_pooled(rows, name, s, base - t1, base, mask, NOTES[name])
+
+
+def _emit_pooled(rows: list[dict], name: str, s: _Scope, num: torch.Tensor, den: torch.Tensor,
+                 mask: torch.Tensor, note: str) -> None:
+    """The ratio of ``num`` over ``den`` summed over slots 1..gamma-1 (slot -1)."""
+    deep = range(1, s.gamma)
+    est, lo, hi, n = s.ratio(_pooled(num, mask, deep), _pooled(den, mask, deep),
+                             mask[:, list(deep)].any(1, keepdim=True))
+    _emit(rows, name, s.name, -1, est[0], lo[0], hi[0], n[0],
+          note + "; pooled over slots 1..gamma-1")
 
 
 def _reveal_rows(rows: list[dict], s: _Scope, ok: torch.Tensor, rw_ok: torch.Tensor,
@@ -297,10 +301,8 @@ def _kmedian_block(rows: list[dict], s: _Scope, ks: Sequence[int]) -> None:
         _emit_slots(rows, f"kmedian_share_removed_worst_K{K}", s.name,
                     s.ratio(tk - obj - spread, tk, ok), deep,
                     NOTES["kmedian_share_removed_worst"] + note)
-        est, lo, hi, n = s.ratio(_pooled(tk - obj, ok, deep), _pooled(tk, ok, deep),
-                                 ok[:, list(deep)].any(1, keepdim=True))
-        _emit(rows, f"kmedian_share_removed_K{K}", s.name, -1, est[0], lo[0], hi[0], n[0],
-              NOTES["kmedian_share_removed"] + note + "; pooled over slots 1..gamma-1")
+        _emit_pooled(rows, f"kmedian_share_removed_K{K}", s, tk - obj, tk, ok,
+                     NOTES["kmedian_share_removed"] + note)
         sm = s.mean(spread, ok)
         _emit_slots(rows, f"kmedian_spread_mean_K{K}", s.name, sm, deep,
                     NOTES["kmedian_spread_mean"] + note)
@@ -377,8 +379,7 @@ def summarise(table: pd.DataFrame, records: FloorRecords, *, n_boot: int, level:
             _concentration_block(rows, s)
             _topk_block(rows, s)
             _kmedian_block(rows, s, ks)
-    out = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
-    return out
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
 def log_record_problems(summary: pd.DataFrame) -> None:
@@ -392,9 +393,7 @@ def log_record_problems(summary: pd.DataFrame) -> None:
 def _issue_note(issues: Sequence[Issue]) -> str:
     if not issues:
         return ""
-    kinds: dict[str, int] = {}
-    for i in issues:
-        kinds[i.kind] = kinds.get(i.kind, 0) + 1
+    kinds = Counter(i.kind for i in issues)
     shown = "; ".join(f"{i.kind} {i.anchor_id} slot {i.slot} path {i.path}"
                       f" ({Path(i.source).name if i.source else '-'}): {i.detail}"
                       for i in issues[:5])
