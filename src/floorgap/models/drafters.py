@@ -690,8 +690,9 @@ class Drafter(SlotProposal, nn.Module):
         ks = list(range(self.cfg.gamma)) if slots is None else [int(k) for k in slots]
         h, ctx, u, pm = self._block(features, committed, prefix_mask)
         m = predecessors.shape[0]
-        pred = self._shift(committed.view(1).expand(m), predecessors, self.cfg.gamma)[:, ks]
-        return self._path_logits(ks, h, ctx, u[:, ks], pm, pred)
+        pred = self._shift(committed.view(1).expand(m), predecessors, self.cfg.gamma)[:, ks] \
+            if self.order else None  # order 0 reads no predecessor
+        return self._path_logits(ks, h, ctx, u[:, ks], pm, pred, m)
 
     def _slot_logits(self, h: Tensor, ctx: Tensor, u: Tensor, pm: Tensor,
                      pred: Tensor | None) -> Tensor:
@@ -700,11 +701,11 @@ class Drafter(SlotProposal, nn.Module):
         raise NotImplementedError
 
     def _path_logits(self, ks: list[int], h: Tensor, ctx: Tensor, u: Tensor, pm: Tensor,
-                     pred: Tensor) -> Tensor:
+                     pred: Tensor | None, m: int) -> Tensor:
         """:meth:`propose_paths`'s logits [M, S, V] at slots ``ks`` (u [1, S, N] there) for
-        the M predecessor rows ``pred`` [M, S] of one context: :meth:`_slot_logits`, for the
-        kinds whose slot logits broadcast over the rows."""
-        return self._slot_logits(h[:, ks], ctx, u, pm, pred).expand(len(pred), -1, -1)
+        the M predecessor rows ``pred`` [M, S] of one context (None for order 0):
+        :meth:`_slot_logits`, for the kinds whose slot logits broadcast over the rows."""
+        return self._slot_logits(h[:, ks], ctx, u, pm, pred).expand(m, -1, -1)
 
     def draft(self, features: Tensor, committed: Tensor, prefix_mask: Tensor | None = None,
               temperature: float = 1.0, generator: torch.Generator | None = None) -> Draft:
@@ -942,11 +943,11 @@ class PrefixAttentionDrafter(_Order1Drafter):
         return self._scatter(scores, succ)
 
     def _path_logits(self, ks: list[int], h: Tensor, ctx: Tensor, u: Tensor, pm: Tensor,
-                     pred: Tensor) -> Tensor:
+                     pred: Tensor | None, m: int) -> Tensor:
         succ = u.topk(self.cfg.nominate_k, dim=-1).indices                    # [1, S, K]
         # the M predecessors are M hypotheses of one context: [1, S, M] -> scores [1, S, M, K]
         scores = self._pair_scores(h[:, ks], ctx, u, pm, pred.T[None], succ)[0]
-        return self._scatter(scores.transpose(0, 1), succ.expand(len(pred), -1, -1))
+        return self._scatter(scores.transpose(0, 1), succ.expand(m, -1, -1))
 
     @torch.no_grad()
     def draft(self, features: Tensor, committed: Tensor, prefix_mask: Tensor | None = None,
