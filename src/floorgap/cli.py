@@ -39,6 +39,8 @@ COMMANDS = {"check": "FOLDER [FOLDER ...]: a report of verdicts on your drafters
                      "under-trained, near the floor, which is better (runs the workflow)",
             "decompose": "FOLDER: floor and model gap of your own drafter checkpoint folder "
                          "(runs the workflow)",
+            "claims": "[--table paper/tables/claims.csv]: how many of the paper's findings held "
+                      "on a finished run, and which did not",
             "inspect": "FOLDER: what the import makes of a checkpoint folder's config.json "
                        "(JSON), or the field it refuses",
             "plan": "--configfile X: each GPU job's memory estimated against what it asks "
@@ -70,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     name = args[0]
     commands = {"decompose": decompose, "check": check, "inspect": inspect, "plan": plan,
-                "rehearsal": rehearsal}
+                "rehearsal": rehearsal, "claims": claims}
     if name in commands:
         return commands[name](args[1:])
     if name not in STAGES:
@@ -81,6 +83,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     if hasattr(module, "run"):  # a stage with its own entry (bench: subcommands)
         return int(module.run(args[1:]) or 0)
     return run_stage(module.main, module.build_parser(), args[1:])
+
+
+# ------------------------------------------------------------------------ floorgap claims
+
+def claims(argv: Sequence[str]) -> int:
+    """``floorgap claims [--table T]``: the count line of a finished run's claims table and
+    the findings that did not hold (the end of every run that wrote one)."""
+    import pandas as pd
+
+    from floorgap.reports.claims import NOT_HELD, count_line
+
+    parser = argparse.ArgumentParser(prog="floorgap claims", description=COMMANDS["claims"])
+    parser.add_argument("--table", type=Path, default=Path("paper/tables/claims.csv"),
+                        help="the claims table of a run (default: %(default)s)")
+    args = parser.parse_args(argv)
+    if not args.table.is_file():
+        print(f"floorgap claims: {args.table} does not exist; run the workflow's claims rule "
+              "first (snakemake paper/tables/claims.csv)", file=sys.stderr)
+        return 2
+    table = pd.read_csv(args.table).drop_duplicates("claim")
+    print(count_line(list(table["verdict"])))
+    for row in table[table["verdict"] == NOT_HELD].itertuples(index=False):
+        print(f"  not held: {row.claim} ({row.where})")
+    return 0
 
 
 # ------------------------------------------------------------------------ floorgap inspect

@@ -98,7 +98,7 @@ def test_smoke_dag_end_to_end(smoke_run: Path) -> None:
     values = (smoke_run / "paper" / "values.tex").read_text()
     for macro in ("fgFloorTZeroLast", "fgDsparkGapLast", "fgOursVsDsparkTauChange",
                   "fgOursTrajectoryTauLast", "fgComponentsBest", "fgLookupVerdict",
-                  "fgBudgetDropFirst"):
+                  "fgBudgetDataSentence", "fgClaimsHeld"):
         assert f"\\newcommand{{\\{macro}}}" in values, macro
     # every drafter, trajectory epoch, component arm and budget-study arm was trained, and
     # every lookup table estimated

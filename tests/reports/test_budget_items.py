@@ -92,6 +92,10 @@ def test_items_write_files_and_finite_macros(budget_inputs, tmp_path):
     assert "table-many (bigram\\_committed table) & -- & -- & -- & -- & -- & 900 & --" in tex
     assert fig["\\fgBudgetMaxBlocks"] == "900" and fig["\\fgBudgetMinBlocks"] == "100"
     assert fig["\\fgBudgetChangeFirst"].startswith(("\\ensuremath{+", "\\ensuremath{-"))
+    # the sentences follow the curves' directions (lowest epoch, sign of the slope)
+    assert fig["\\fgBudgetEpochSentence"].startswith("the first-slot risk is lowest after")
+    assert ("falls by" in fig["\\fgBudgetDataSentence"]) == fig["\\fgBudgetChangeFirst"].startswith(
+        "\\ensuremath{-")
     assert fig["\\fgBudgetFixedSteps"] == "9" and fig["\\fgBudgetEpochsStudied"] == "2"
     assert tab["\\fgBudgetFewBlocks"] == "100" and tab["\\fgBudgetTableManyBlocks"] == "900"
     assert all(v not in ("", "nan") for v in {**fig, **tab}.values())
@@ -115,3 +119,22 @@ def test_a_missing_training_log_is_named(budget_inputs, tmp_path):
     inputs, spec = budget_inputs
     with pytest.raises(ValueError, match="log_many"):
         study_runs({k: v for k, v in inputs.items() if k != "log_many"}, spec)
+
+
+@pytest.mark.parametrize("slope, words", [(-0.1, "falls by 0.100"), (0.05, "rises by 0.050"),
+                                          (float("nan"), "no line is fitted")])
+def test_the_data_sentence_takes_the_direction_of_the_slope(slope, words):
+    from floorgap.reports.budget_items import _data_sentence
+
+    assert words in _data_sentence(slope, 1e5)
+
+
+def test_the_epoch_sentence_says_whether_the_risk_still_falls_at_the_last_epoch():
+    import pandas as pd
+
+    from floorgap.reports.budget_items import _epoch_sentence
+
+    falling = pd.DataFrame({"epoch": [1, 2, 3], "R_0": [0.8, 0.7, 0.6]})
+    turned = pd.DataFrame({"epoch": [1, 2, 3], "R_0": [0.8, 0.6, 0.7]})
+    assert "still falls" in _epoch_sentence(falling)
+    assert "did not lower it beyond epoch 2" in _epoch_sentence(turned)

@@ -317,6 +317,11 @@ class SpecCore:
         return {"name": name, **{k: v for k, v in entry.items()
                                  if k not in TARGET_WORKFLOW_KEYS}}
 
+    def taps(self, target: str) -> list[int]:
+        """The target layers the drafters read: the target's own ``taps`` (targets differ in
+        depth) or ``drafters.taps``."""
+        return list(self.config["targets"][target].get("taps") or self.config["drafters"]["taps"])
+
     def domain(self, name: str, target: str) -> dict[str, Any]:
         """Domain ``name`` as ``target`` sees it."""
         return {"name": name, **self.settings(target)["domains"][name]}

@@ -21,11 +21,6 @@ from floorgap.config.kinds import KINDS
 class DrafterSpecs(SpecCore):
     """The specs of the stages that train, import, evaluate and export drafters."""
 
-    def taps(self, target: str) -> list[int]:
-        """The target layers the drafters read: the target's own ``taps`` (targets differ in
-        depth) or ``drafters.taps``."""
-        return list(self.config["targets"][target].get("taps") or self.config["drafters"]["taps"])
-
     def drafter_data_spec(self, target: str) -> dict[str, Any]:
         """What the drafter_data stage reads; the taps and the training precision only when the
         record stores features (otherwise changing them reruns nothing there)."""

@@ -102,3 +102,41 @@ REPORT_SUMMARIES: dict[str, ReportSummary] = {
     # the notation table reads the notation module, no file
     "notation": ReportSummary(lambda w: {}),
 }
+
+
+def _drafter_setting(w: SpecCore, name: str) -> str:
+    """How drafter ``name`` of the primary target came to be, in a few words."""
+    entry = w.variant_entry(name, w.primary)
+    if w.is_imported(name, w.primary):
+        source = entry["checkpoint"].get("hub") or entry["checkpoint"].get("path")
+        return f"imported from {source}"
+    return (f"{entry['kind']}, {entry['layers']} layers, "
+            f"{w.variant_epochs(name, w.primary)} epochs")
+
+
+def _setting(w: SpecCore) -> dict[str, Any]:
+    """The run's setting the paper's text names (the target's precision and device, the taps,
+    the stored top-K, each role's drafter)."""
+    target = w.target(w.primary)
+    cfg = w.settings(w.primary)
+    return {"device": target["device"], "dtype": target["dtype"], "taps": w.taps(w.primary),
+            "top_k_targets": cfg["drafters"]["training_data"]["top_k_targets"],
+            "drafters": {role: _drafter_setting(w, name) for role, name in w.roles.items()}}
+
+
+def _claims_inputs(w: SpecCore) -> dict[str, str]:
+    """Every summary a claim reads: each other kind's files, keyed ``<kind>__<name>``."""
+    return {f"{kind}__{key}": path for kind, summary in REPORT_SUMMARIES.items()
+            if kind not in ("claims", "notation", "gaps_budget", "replication")
+            for key, path in summary.inputs(w).items()}
+
+
+def _claims_options(w: SpecCore) -> dict[str, Any]:
+    mi = REPORT_SUMMARIES["mi"].options(w)
+    return {**_roles(w), **mi, "setting": _setting(w),
+            "components_baseline": w.config["drafters"]["components"]["baseline"],
+            "arms": w.arms}
+
+
+#: The paper's findings checked on the run (reports/claims.py) read every summary above.
+REPORT_SUMMARIES["claims"] = ReportSummary(_claims_inputs, _claims_options)

@@ -155,6 +155,36 @@ def _fit_per_decade(blocks: pd.Series, risk: pd.Series) -> tuple[float, float]:
     return float(intercept), float(slope)
 
 
+def _epoch_sentence(epochs: pd.DataFrame) -> str:
+    """What the epoch curve (a) says about more epochs on the same data, from its first-slot
+    risk: still falling at the last epoch, or lowest before it."""
+    if epochs.empty:
+        return "no drafter was studied epoch by epoch."
+    by_epoch = epochs.groupby("epoch")["R_0"].min().sort_index()
+    best, last = int(by_epoch.idxmin()), int(by_epoch.index.max())
+    if best == last:
+        return (f"the first-slot risk is lowest after the last epoch, {last}, so it still falls "
+                "there and more epochs on the same data may still lower it.")
+    return (f"the first-slot risk is lowest after epoch {best} of {last} and no lower after "
+            f"the later ones, so more epochs on the same data did not lower it beyond epoch "
+            f"{best}.")
+
+
+def _data_sentence(slope: float, need: float) -> str:
+    """What the data curve (b) says: the first-slot risk's change per tenfold more blocks and,
+    when it falls, the straight line's extrapolation to the target risk."""
+    if not math.isfinite(slope):
+        return "fewer than two sizes were trained, so no line is fitted."
+    if slope >= 0:
+        return (f"the first-slot risk rises by {slope:.3f} per tenfold increase in training "
+                "blocks, so on these sizes more data at a fixed number of steps did not lower it.")
+    blocks = f"{need:,.0f}" if math.isfinite(need) else "no finite number of"
+    return (f"the first-slot risk falls by {-slope:.3f} per tenfold increase in training "
+            f"blocks, and a straight line through these points reaches "
+            f"$R_0={TARGET_RISK_FIRST:.2f}$ at {blocks} blocks (an extrapolation beyond the "
+            "sizes studied, so a rough guide only).")
+
+
 def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
                           ) -> dict[str, str]:
     """Fig. E: (a) held-out risk at the first and last slot by epoch on all the data (the
@@ -222,11 +252,9 @@ def figE_drafter_learning(inputs: Mapping[str, Path], spec: Mapping[str, Any], o
     need = 10 ** ((TARGET_RISK_FIRST - intercept) / slope) if slope < 0 else math.inf
     best_row = (epochs.sort_values("R_0").iloc[0] if not epochs.empty else best)
     return {
-        macro_name("budget", "drop", "first"): fmt(-slope, 3),  # per tenfold more blocks
-        macro_name("budget", "change", "first"): fmt_signed(slope, 3),
-        macro_name("budget", "target", "risk", "first"): fmt(TARGET_RISK_FIRST, 2),
-        macro_name("budget", "target", "blocks"): (f"{need:,.0f}" if math.isfinite(need)
-                                                   else "no finite number of"),
+        macro_name("budget", "epoch", "sentence"): _epoch_sentence(epochs),
+        macro_name("budget", "data", "sentence"): _data_sentence(slope, need),
+        macro_name("budget", "change", "first"): fmt_signed(slope, 3),  # per tenfold blocks
         macro_name("budget", "fixed", "steps"): str(int(base["steps"].median()))
         if len(base) else "0",
         macro_name("budget", "best", "epoch"): str(int(best_row["epoch"])),

@@ -119,8 +119,10 @@ def concat_values(out: str | Path, fragments: Iterable[str | Path]) -> None:
 
 
 def write_table(df: pd.DataFrame, name: str, *, tex_dir: str | Path = "paper/tables",
-                latex: pd.DataFrame | None = None, column_format: str | None = None) -> None:
-    """Write ``<name>.csv`` (``df``, full precision) and ``<name>.tex`` (a bare ``tabular``).
+                latex: pd.DataFrame | None = None, column_format: str | None = None,
+                environment: str = "tabular") -> None:
+    """Write ``<name>.csv`` (``df``, full precision) and ``<name>.tex`` (a bare ``tabular``,
+    or a ``longtable`` whose header repeats on every page).
 
     ``latex`` is the already formatted frame for the ``.tex`` (strings, LaTeX math allowed);
     it defaults to ``df`` with numbers through :func:`fmt`.
@@ -131,8 +133,11 @@ def write_table(df: pd.DataFrame, name: str, *, tex_dir: str | Path = "paper/tab
     cols = column_format or "l" + "r" * (shown.shape[1] - 1)
     header = " & ".join(str(c) for c in shown.columns) + r" \\"
     rows = [" & ".join(str(v) for v in row) + r" \\" for row in shown.itertuples(index=False)]
-    tex = "\n".join([f"\\begin{{tabular}}{{{cols}}}", r"\toprule", header, r"\midrule", *rows,
-                     r"\bottomrule", r"\end{tabular}", ""])
+    head = [r"\toprule", header, r"\midrule"]
+    if environment == "longtable":
+        head.append(r"\endhead")
+    tex = "\n".join([f"\\begin{{{environment}}}{{{cols}}}", *head, *rows,
+                     r"\bottomrule", f"\\end{{{environment}}}", ""])
     with atomic_path(tex_dir / f"{name}.csv") as tmp:
         df.to_csv(tmp, index=False)
     with atomic_path(tex_dir / f"{name}.tex") as tmp:

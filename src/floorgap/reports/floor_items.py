@@ -11,7 +11,7 @@ and returns the macros of the numbers the text cites. Signature of an item:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -101,7 +101,26 @@ def _common_values(s: FloorSummary) -> dict[str, str]:
         macro_name("floor", "level"): fmt_pct(s.level, 0),
         macro_name("floor", "records", "corrupt"): _count(s.scalar("records_corrupt")),
         macro_name("floor", "records", "missing"): _count(s.scalar("records_missing")),
+        macro_name("floor", "stand", "ins"): _stand_ins(s),
+        macro_name("floor", "domain", "list"): _and_list(map(tex_text, s.domains)),
     }
+
+
+def _and_list(items: Iterable[str]) -> str:
+    """``a, b and c``."""
+    items = list(items)
+    return " and ".join([", ".join(items[:-1]), items[-1]]) if len(items) > 1 else "".join(items)
+
+
+def _stand_ins(s: FloorSummary) -> str:
+    """The sentence that says which domains read a shipped stand-in for their dataset."""
+    facts = s.meta.get("domains") or {}
+    labels = [domain_label(d, facts.get(d)) for d in s.domains
+              if (facts.get(d) or {}).get("stand_in_for")]
+    if not labels:
+        return "Every domain reads its own dataset."
+    return ("Where a domain's dataset is not installable here a shipped set stands in for it, "
+            "and every output carries its label: " + ", ".join(map(tex_text, labels)) + ".")
 
 
 def fig2_floor_by_slot(inputs: Mapping[str, Path], spec: Mapping[str, Any],
@@ -213,6 +232,9 @@ def fig3_floor_by_domain(inputs: Mapping[str, Path], spec: Mapping[str, Any],
         values[macro_name("floor", "domain", d, "anchors")] = _count(s.scalar("n_anchors", d))
         values[macro_name("floor", "domain", d, "prompts")] = _count(s.scalar("n_prompts", d))
         values[macro_name("floor", "domain", d, "label")] = domain_label(d, facts.get(d))
+    values[macro_name("floor", "domain", "counts")] = _and_list(
+        f"{tex_text(d)} {_count(s.scalar('n_anchors', d))} over {_count(s.scalar('n_prompts', d))}"
+        for d in s.domains)
     ranked = sorted((d for d in at_last if math.isfinite(at_last[d])),
                     key=lambda d: -at_last[d])
     # \textgreater: a bare ">" prints as an inverted question mark in LaTeX's default encoding

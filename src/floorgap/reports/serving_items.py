@@ -123,7 +123,10 @@ def _temp_name(t: float) -> str:
     return f"t{t:g}".replace(".", "p")
 
 
-_REPLAY_STATS = ("z", "lossless", "agreement", "tau_matched", "tau_offline", "rounds")
+_REPLAY_STATS = ("z", "lossless", "lossless_verdict", "agreement", "tau_matched", "tau_offline",
+                 "rounds")
+#: |z| of the lossless test below which the served tokens pass (two-sided, 1% level)
+LOSSLESS_Z = 2.576
 
 
 def _stem(spec: Mapping[str, Any], system: str) -> str:
@@ -171,6 +174,9 @@ def figH_served_vs_offline(inputs: Mapping[str, Path], spec: Mapping[str, Any], 
                 values[macro_name("served", "offline", stem, name, "z")] = f"{z:+.2f}"
                 values[macro_name("served", "offline", stem, name, "lossless")] = \
                     f"{lossless:+.2f}"
+                # a two-sided test at the 1% level: |z| below the normal's 0.995 quantile
+                values[macro_name("served", "offline", stem, name, "lossless", "verdict")] = \
+                    "pass" if abs(lossless) < LOSSLESS_Z else "fail"
             else:
                 agree = s.row("greedy_agreement", v, "all", t, 0)["estimate"]
                 zs.append(f"T={t:g}: {100 * agree:.1f}% rounds equal")

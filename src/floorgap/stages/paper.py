@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -41,4 +42,18 @@ def main(args: argparse.Namespace, logger: logging.Logger) -> None:
     if proc.returncode != 0:
         raise StageError(f"latexmk exited with status {proc.returncode}; see the log above "
                          f"({workdir / (args.out.stem + '.log')})")
+    boxes = overfull_boxes((workdir / (args.out.stem + ".log")).read_text(errors="replace"))
+    wide = [b for b in boxes if b[0] > OVERFULL_PT]
+    logger.info("overfull boxes: %d, %d wider than %g pt%s", len(boxes), len(wide), OVERFULL_PT,
+                "".join(f"\n  {pt:.1f} pt too wide at {where}" for pt, where in boxes))
     logger.info("wrote %s", args.out)
+
+
+#: A box that sticks out by more than this is visible on the page (the paper's bar).
+OVERFULL_PT = 5.0
+
+
+def overfull_boxes(log_text: str) -> list[tuple[float, str]]:
+    """The overfull horizontal boxes of a LaTeX log: (points too wide, where), widest first."""
+    found = re.findall(r"Overfull \\hbox \(([\d.]+)pt too wide\) (.*)", log_text)
+    return sorted(((float(pt), where.strip()) for pt, where in found), reverse=True)
