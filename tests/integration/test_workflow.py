@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -93,7 +94,8 @@ def test_smoke_dag_end_to_end(smoke_run: Path) -> None:
         assert (smoke_run / "figures" / f"{item}.pdf").stat().st_size > 0
         assert (smoke_run / "figures" / f"{item}.png").stat().st_size > 0
     for item in TABLES:
-        assert "\\begin{tabular}" in (smoke_run / "paper" / "tables" / f"{item}.tex").read_text()
+        assert re.search(r"\\begin\{(long)?tabular\}",
+                         (smoke_run / "paper" / "tables" / f"{item}.tex").read_text())
         assert len(pd.read_csv(smoke_run / "paper" / "tables" / f"{item}.csv")) > 0
     values = (smoke_run / "paper" / "values.tex").read_text()
     for macro in ("fgFloorTZeroLast", "fgDsparkGapLast", "fgOursVsDsparkTauChange",
@@ -152,6 +154,44 @@ def test_smoke_dag_end_to_end(smoke_run: Path) -> None:
     again = snakemake("--cores", "2", "--configfile", str(SMOKE_CONFIG), "-n", cwd=smoke_run)
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_the_smoke_paper_names_only_its_config_and_follows_an_edited_summary(
+        smoke_run: Path, tmp_path: Path) -> None:
+    """The smoke run's paper as text cites only defined macros and no literal of another
+    config; with the floors summary edited so that T^(0) falls with the slot, the rebuilt
+    claims table says the finding does not hold and the text says the floor falls."""
+    from floorgap.records import read_metadata, read_table, write_table
+    from floorgap.reports.paper_text import expand, load_values, paper_problems
+
+    configs = [REPO / "config.yaml", *sorted((REPO / "workflow" / "configs").glob("*.yaml"))]
+    main_tex = REPO / "paper" / "main.tex"
+    assert paper_problems(smoke_run, main_tex, SMOKE_CONFIG, configs) == []
+    values = load_values(smoke_run / "paper" / "values.tex")
+    assert "\\fgClaimsHeld" in values and "\\fgSettingTaps" in values
+    work = copy_results(smoke_run, tmp_path)
+    target = next(iter(load_config(SMOKE_CONFIG)["targets"]))
+    path = work / "results" / target / "floors" / "summary.parquet"
+    df, meta = read_table(path), read_metadata(path)
+    t0 = (df["statistic"] == "T0") & (df["domain"] == "all") & (df["slot"] >= 1)
+    last = int(df.loc[t0, "slot"].max())
+    flipped = df.loc[t0].assign(slot=lambda d: last + 1 - d["slot"])
+    df = pd.concat([df.loc[~t0], flipped], ignore_index=True)
+    # a strictly falling floor whatever the smoke target's values were
+    df.loc[(df["statistic"] == "T0") & (df["domain"] == "all") & (df["slot"] >= 1),
+           ["estimate", "lower", "upper"]] = [[0.9 - 0.1 * k, 0.88 - 0.1 * k, 0.92 - 0.1 * k]
+                                              for k in flipped["slot"]]
+    write_table(path, df, meta)
+    res = snakemake("paper/values.tex", "--cores", "2", "--configfile", str(SMOKE_CONFIG),
+                    cwd=work)
+    assert res.returncode == 0, res.stderr[-3000:]
+    table = pd.read_csv(work / "paper" / "tables" / "claims.csv").drop_duplicates("claim")
+    verdict = dict(zip(table["claim"], table["verdict"]))
+    assert verdict["floor_rises_with_slot"] == "does not hold"
+    edited = load_values(work / "paper" / "values.tex")
+    text = " ".join(expand(main_tex.read_text(), edited).split())
+    assert "all-parallel floor falls from" in text
+    assert "the floor rises with the slot does not hold on this run" in text
 
 
 @pytest.mark.parametrize("item", ["fig2_floor_by_slot", "fig7_prefix_attention"])

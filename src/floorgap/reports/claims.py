@@ -45,7 +45,7 @@ from floorgap.reports.common import (GapSummary, ServedSummary, fmt, fmt_pct, ma
 from floorgap.reports.floor_items import FloorSummary
 
 __all__ = ["VERDICTS", "Evidence", "Check", "Claim", "CLAIMS", "RunSummaries", "judge",
-           "claims"]
+           "direction", "evaluate", "count_line", "claims"]
 
 log = logging.getLogger("floorgap.claims")
 
@@ -823,7 +823,7 @@ def tex_label(label: str) -> str:
     return label.replace("_", "\\_").replace("@", "\\,@")
 
 
-def _direction(claim: Claim, ev: Evidence | None) -> str:
+def direction(claim: Claim, ev: Evidence | None) -> str:
     """The word the run's point estimates say: for a trend its direction (``words``, or "stays
     level"), for a one-element check whether the estimate is on the claimed side, otherwise
     how many elements are ("4 of 6")."""
@@ -911,7 +911,7 @@ def _claim_macros(r: ClaimResult) -> dict[str, str]:
             macro_name(*stem, "says"): _verdict_phrase(r.verdict),
             macro_name(*stem, "run"): _run_text(r.claim, r.evidence),
             macro_name(*stem, "paper"): r.claim.paper,
-            macro_name(*stem, "direction"): _direction(r.claim, r.evidence),
+            macro_name(*stem, "direction"): direction(r.claim, r.evidence),
             macro_name(*stem, "check"): r.claim.check.describe(
                 bool(r.evidence is not None and r.evidence.pct)),
             macro_name(*stem, "count"): f"{on_side} of {n}"}
