@@ -109,9 +109,10 @@ def _drafter_setting(w: SpecCore, name: str) -> str:
     entry = w.variant_entry(name, w.primary)
     if w.is_imported(name, w.primary):
         source = entry["checkpoint"].get("hub") or entry["checkpoint"].get("path")
-        return f"imported from {source}"
-    return (f"{entry['kind']}, {entry['layers']} layers, "
-            f"{w.variant_epochs(name, w.primary)} epochs")
+        return f"{name}, imported from {source}"
+    layers, epochs = int(entry["layers"]), w.variant_epochs(name, w.primary)
+    return (f"{name}, a {entry['kind']} drafter of {layers} layer{'s' * (layers != 1)} "
+            f"trained for {epochs} epoch{'s' * (epochs != 1)}")
 
 
 def _setting(w: SpecCore) -> dict[str, Any]:

@@ -178,33 +178,16 @@ class RunSummaries:
             self._cache[key] = None if path is None else reader(path)
         return self._cache[key]
 
-    @property
-    def floors(self) -> FloorSummary | None:
-        return self._open("floors__summary", FloorSummary)
-
-    @property
-    def gaps(self) -> GapSummary | None:
-        return self._open("gaps__summary", GapSummary)
-
-    @property
-    def trajectory(self) -> GapSummary | None:
-        return self._open("gaps_trajectory__summary", GapSummary)
-
-    @property
-    def components(self) -> GapSummary | None:
-        return self._open("gaps_components__summary", GapSummary)
-
-    @property
-    def served(self) -> ServedSummary | None:
-        return self._open("serving__summary", ServedSummary)
+    def __getattr__(self, name: str) -> Any:
+        """``floors``, ``gaps``, ``trajectory``, ``components``, ``served``, ``api``: the
+        summary of :data:`SUMMARY_FILES` (opened once), ``None`` where the run has none."""
+        if name not in SUMMARY_FILES:
+            raise AttributeError(name)
+        return self._open(*SUMMARY_FILES[name])
 
     def variant_table(self, name: str) -> pd.DataFrame | None:
         """A floor variant's summary (``finite_m``, ``block16``, ``sampling_law``)."""
         return self._open(f"floor_variants__{name}", read_table)
-
-    @property
-    def api(self) -> pd.DataFrame | None:
-        return self._open("api_floors__summary", read_table)
 
     @property
     def cross(self) -> dict[str, GapSummary]:
@@ -227,6 +210,16 @@ class RunSummaries:
         return role_variants(self.spec)
 
 
+#: The summaries the claims read by name: (the item's input key, its reader).
+SUMMARY_FILES: dict[str, tuple[str, Callable[[Path], Any]]] = {
+    "floors": ("floors__summary", FloorSummary),
+    "gaps": ("gaps__summary", GapSummary),
+    "trajectory": ("gaps_trajectory__summary", GapSummary),
+    "components": ("gaps_components__summary", GapSummary),
+    "served": ("serving__summary", ServedSummary),
+    "api": ("api_floors__summary", read_table),
+}
+
 Reader = Callable[[RunSummaries], "Evidence | None"]
 
 
@@ -244,9 +237,10 @@ class Claim:
     check: Check
     paper: str
     read: Reader
-    #: the words of the run's direction: a trend's (up, down), or a one-element check's (on
-    #: the claimed side, not); the text cites them as ``\fgClaim<Key>Direction``
-    words: tuple[str, str] = ("rises", "falls")
+    #: the words of the run's direction: a trend's (up, down; default rises, falls), or a
+    #: one-element check's (on the claimed side, not); the text cites them as
+    #: ``\\fgClaim<Key>Direction``
+    words: tuple[str, str] | None = None
 
 
 # ------------------------------------------------------------------ readers
@@ -404,7 +398,7 @@ def _mi_pooled(*orders: int, pct: bool = True) -> Reader:
             return None
         t = mi.table[mi.table["section"] == "pooled"].set_index("order")
         rows = [[float(t.at[m, f]) if m in t.index else math.nan
-                 for f in ("estimate", "lower", "upper")] for m in orders]
+                 for f in ("rho", "lower", "upper")] for m in orders]
         return Evidence.of([f"m={m}" for m in orders], *zip(*rows), pct=pct)
     return read
 
@@ -790,6 +784,10 @@ CLAIMS: tuple[Claim, ...] = (
           _law_change),
 )
 
+#: How the text names each drafter role (config ``drafters.roles``).
+ROLE_WORDS = {"order0": "the order-0 baseline", "order1": "the order-1 baseline",
+              "ours": "the prefix-attention head"}
+
 #: The paper's own setting, which the text sets beside the run's (paper Sec. 3.1, App. H.2).
 PAPER_SETTING = {"target": "Qwen3-4B", "anchors": "384", "paths": "256",
                  "drafter layers": "five"}
@@ -798,8 +796,7 @@ PAPER_SETTING = {"target": "Qwen3-4B", "anchors": "384", "paths": "256",
 def _verdict_phrase(verdict: str) -> str:
     """A verdict as the predicate of a sentence ("this finding ...")."""
     return {HOLDS: "holds", NOT_HELD: "does not hold",
-            UNRESOLVED: "is not resolved by the intervals",
-            NOT_MEASURED: "is not measured by this configuration"}[verdict]
+            UNRESOLVED: "is not resolved by the intervals", NOT_MEASURED: "is not measured"}[verdict]
 
 
 def _run_text(claim: Claim, ev: Evidence | None) -> str:
@@ -824,21 +821,25 @@ def tex_label(label: str) -> str:
 
 
 def direction(claim: Claim, ev: Evidence | None) -> str:
-    """The word the run's point estimates say: for a trend its direction (``words``, or "stays
-    level"), for a one-element check whether the estimate is on the claimed side, otherwise
-    how many elements are ("4 of 6")."""
-    if ev is None or not ev.finite.any():
-        return "--"
+    """The words of what the run shows, never against the verdict. A trend or a one-element
+    check with ``words``: its word by the estimate when the intervals decide, "moves (changes),
+    within its intervals," when they do not, "(not measured)" without a value; any other check:
+    how many elements' estimates sit on the claimed side ("4 of 6")."""
+    verdict = judge(claim.check, ev)
+    trend = claim.check.kind in ("rises", "falls")
+    verb = "moves" if trend else "changes"
+    if verdict == NOT_MEASURED:
+        return f"{verb} (not measured)" if trend else "--"
     on_side, n = claim.check.points(ev)
-    up, down = claim.words
-    if claim.check.kind in ("rises", "falls"):
+    up, down = claim.words or ("rises", "falls")
+    if not trend and (n > 1 or claim.words is None):
+        return f"{on_side} of {n}"
+    if verdict == UNRESOLVED:
+        return f"{verb}, within its interval{'s' if trend else ''},"
+    if trend:
         est = ev.estimate[ev.finite]
-        if n == 0 or est[-1] == est[0]:
-            return "stays level"
         return up if est[-1] > est[0] else down
-    if n == 1:
-        return up if on_side else down
-    return f"{on_side} of {n}"
+    return up if on_side else down
 
 
 @dataclass(frozen=True)
@@ -927,7 +928,8 @@ def _setting_macros(setting: Mapping[str, Any]) -> dict[str, str]:
     values[macro_name("setting", "taps")] = "$[" + ", ".join(map(str, setting["taps"])) + "]$"
     values[macro_name("setting", "top", "k")] = str(setting["top_k_targets"])
     values[macro_name("setting", "drafters")] = "; ".join(
-        f"{tex_text(name)}: {tex_text(text)}" for name, text in setting["drafters"].items())
+        f"{ROLE_WORDS.get(role, tex_text(role))} {tex_text(text)}"
+        for role, text in setting["drafters"].items())
     return values
 
 

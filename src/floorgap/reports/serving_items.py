@@ -65,6 +65,7 @@ def table1_serving(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir:
                 latex=pd.DataFrame(rows, columns=header))
     values[macro_name("serving", "device")] = "CPU" if s.cpu else "GPU"
     values[macro_name("serving", "rows")] = str(sum(s.rows_of(t) for t in s.tasks))
+    values[macro_name("serving", "tasks")] = str(len(s.tasks))
     values[macro_name("serving", "sequential", "concurrency")] = str(seq)
     return values
 
