@@ -94,7 +94,7 @@ def test_smoke_dag_end_to_end(smoke_run: Path) -> None:
         assert (smoke_run / "figures" / f"{item}.pdf").stat().st_size > 0
         assert (smoke_run / "figures" / f"{item}.png").stat().st_size > 0
     for item in TABLES:
-        assert re.search(r"\\begin\{(long)?tabular\}",
+        assert re.search(r"\\begin\{(tabular|longtable)\}",
                          (smoke_run / "paper" / "tables" / f"{item}.tex").read_text())
         assert len(pd.read_csv(smoke_run / "paper" / "tables" / f"{item}.csv")) > 0
     values = (smoke_run / "paper" / "values.tex").read_text()
