@@ -174,3 +174,15 @@ def test_the_item_writes_its_table_counts_and_prose_macros(tmp_path):
     assert "longtable" in (tmp_path / "claims.tex").read_text()
     assert count_line(list(table.drop_duplicates("claim")["verdict"])).startswith(
         f"the paper's findings on this run: {values[chr(92) + 'fgClaimsHeld']} held")
+
+
+def test_the_claims_command_prints_the_count_line_and_refuses_a_missing_table(tmp_path, capsys):
+    from floorgap.cli import main
+
+    floors = _floors(tmp_path / "floors.parquet", *RISING)
+    claims({"floors__summary": floors}, SPEC, tmp_path)
+    assert main(["claims", "--table", str(tmp_path / "claims.csv")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("the paper's findings on this run: ") and f"(of {len(CLAIMS)};" in out
+    assert main(["claims", "--table", str(tmp_path / "nothing.csv")]) == 2
+    assert "snakemake paper/tables/claims.csv" in capsys.readouterr().err

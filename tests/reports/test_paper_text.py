@@ -140,3 +140,13 @@ def _runs() -> list[tuple[Path, Path]]:
 @pytest.mark.parametrize("run, config", _runs())
 def test_a_finished_runs_paper_is_true_to_its_own_config(run, config):
     check_finished_run(run, config)
+
+
+def test_the_paper_stage_reads_overfull_boxes_from_the_latex_log():
+    from floorgap.stages.paper import overfull_boxes
+
+    log = ("Overfull \\hbox (3.1pt too wide) in paragraph at lines 10--12\n"
+           "Underfull \\hbox (badness 10000) in paragraph\n"
+           "Overfull \\hbox (21.62646pt too wide) in alignment at lines 1--406\n")
+    assert overfull_boxes(log) == [(21.62646, "in alignment at lines 1--406"),
+                                   (3.1, "in paragraph at lines 10--12")]

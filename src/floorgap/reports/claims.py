@@ -900,8 +900,8 @@ def _table(results: Sequence[ClaimResult], out_dir: Path) -> None:
                           for r in results for c in [r.claim]],
                          columns=["Where", "Finding", "Check", "This run", "Paper", "Verdict"])
     write_table(pd.DataFrame(csv), "claims", tex_dir=out_dir, latex=shown,
-                column_format="p{0.09\\linewidth}p{0.27\\linewidth}p{0.17\\linewidth}"
-                              "p{0.17\\linewidth}p{0.1\\linewidth}p{0.07\\linewidth}",
+                column_format="".join(f">{{\\raggedright\\arraybackslash}}p{{{w}\\linewidth}}"
+                                      for w in (0.08, 0.25, 0.17, 0.19, 0.11, 0.08)),
                 environment="longtable")
 
 
