@@ -764,3 +764,35 @@ def test_no_slot_to_fix_when_no_best_response_gains() -> None:
         "x: no single slot's best response gains tau (the largest held-out gain is 0.000)")
     gains.loc[1, "estimate"] = 0.2
     assert fix_first_verdict("x", gains).text.startswith("fix slot 1 of x first")
+
+
+def test_a_name_floorgap_picks_never_collides_and_a_given_one_that_does_is_refused(
+        folders, checkout, monkeypatch, capsys, tmp_path) -> None:
+    """A folder named like one of the config's drafters (the default's own export,
+    ``.../dflash``) runs as ``dflash-user``; ``--name dflash`` is refused in one line naming
+    the option, before Snakemake starts."""
+    import shutil
+
+    from floorgap import cli
+
+    calls = []
+
+    def fake_run(cmd, cwd, check):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1)
+
+    monkeypatch.setattr(cli.subprocess, "run", fake_run)
+    own = tmp_path / "export" / "dflash"
+    shutil.copytree(folders["draft-b"], own)
+    cli.main(["check", str(own), "--cores", "1"])
+    overlay = yaml.safe_load((checkout / "results" / "check" / "dflash-user.yaml").read_text())
+    assert list(overlay["decompose"]) == ["dflash-user"]
+    base = yaml.safe_load((checkout / "config.yaml").read_text())
+    resolve({**copy.deepcopy(base), **overlay})   # no name the config already has
+    assert len(calls) == 1
+    assert cli.main(["check", str(own), "--name", "dflash"]) == 2
+    err = capsys.readouterr().err
+    assert "--name dflash" in err and "already has a drafter named 'dflash'" in err
+    assert cli.main(["decompose", str(own), "--name", "dspark"]) == 2
+    assert "--name dspark" in capsys.readouterr().err
+    assert len(calls) == 1

@@ -15,7 +15,12 @@ workflow for a drafter checkpoint folder of your own. It writes a config overlay
 the repository root on the base config plus that overlay, up to the drafter's decomposition
 table, and prints the table. ``floorgap check FOLDER [FOLDER ...]`` (:func:`check`) does the
 same for one or several folders up to one check page (``results/check/<name>/index.html``:
-verdicts, figures, tables, paired differences) and prints its summary.
+verdicts, figures, tables, paired differences) and prints its summary. ``floorgap claims``
+(:func:`claims`) prints how many of the paper's findings held on a finished run.
+
+Size: about 600 lines, the console's commands that are not stages (check, decompose, inspect,
+plan, rehearsal, claims): each one's options, its one-line refusals of a bad invocation, and
+the launch of the workflow the first two share.
 """
 
 from __future__ import annotations
@@ -311,8 +316,9 @@ def decompose_parser() -> argparse.ArgumentParser:
                     "and print its decomposition table by slot.")
     parser.add_argument("folder", type=Path,
                         help="drafter checkpoint folder (config.json + safetensors weights)")
-    parser.add_argument("--name", default="user",
-                        help="the drafter's name in the results (default: user)")
+    parser.add_argument("--name", default=None,
+                        help="the drafter's name in the results (default: user, or user-user "
+                             "where the config has a drafter named user)")
     _format_option(parser, "checkpoint layout (default: detected from config.json)")
     parser.add_argument("--kind", choices=ENGINE_KINDS, default=None,
                         help="drafter kind; needed only for a speculators folder whose config "
@@ -409,6 +415,7 @@ def _plan(args: argparse.Namespace) -> tuple[Path, list[str], list[str]]:
     root = repository_root()
     folder = args.folder.expanduser().resolve()
     base = _base_config(root, args.configfile)
+    args.name, = _own_names([args.name] if args.name else None, ["user"], base)
     fmt, kind = detect_checkpoint(folder, args.format, args.kind)
     target = _config_target(base, args.target)
     try:
@@ -488,6 +495,31 @@ def check_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _own_names(given: list[str] | None, picked: list[str], base: Path) -> list[str]:
+    """The drafter names of a decompose or check run: those given with ``--name`` (refused when
+    the base config already names a drafter so), else the ``picked`` ones, each moved off the
+    config's names (``-user``, ``-user-2``, ...) so a folder named like a variant runs."""
+    import yaml
+
+    from floorgap.config import resolve
+
+    taken = set(resolve(yaml.safe_load(base.read_text()) or {}).drafter_names)
+    if given:
+        clash = [n for n in given if n in taken]
+        if clash:
+            raise DecomposeError(f"--name {clash[0]}: {base.name} already has a drafter named "
+                                 f"{clash[0]!r}; pass another --name")
+        return list(given)
+    names: list[str] = []
+    for name in picked:
+        free, n = name, 1
+        while free in taken or free in names:
+            free = f"{name}-user" + (f"-{n}" if n > 1 else "")
+            n += 1
+        names.append(free)
+    return names
+
+
 def folder_name(folder: Path) -> str:
     """A drafter name from a folder's name: lower-cased, other characters than letters,
     digits, - and _ replaced by -."""
@@ -507,7 +539,8 @@ def _check_plan(args: argparse.Namespace, argv: Sequence[str]
 
     root = repository_root()
     folders = [f.expanduser().resolve() for f in args.folders]
-    names = args.name or [folder_name(f) for f in folders]
+    base = _base_config(root, args.configfile)
+    names = _own_names(args.name, [folder_name(f) for f in folders], base)
     if len(names) != len(folders):
         raise DecomposeError(f"{len(names)} --name for {len(folders)} folders; give one per "
                              "folder, in order, or none")
@@ -517,7 +550,6 @@ def _check_plan(args: argparse.Namespace, argv: Sequence[str]
     if len(refs) != len(folders):
         raise DecomposeError(f"{len(refs)} --reference for {len(folders)} folders; give one per "
                              "folder, in order (- for a folder without one), or none")
-    base = _base_config(root, args.configfile)
     target = _config_target(base, args.target)
     report = args.report or "+".join(names)
     overlay: dict = {"decompose": {}}

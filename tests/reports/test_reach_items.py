@@ -73,11 +73,13 @@ def test_table_c6_values(tmp_path: Path) -> None:
                          for a in ("a", "b") for k in (0, 1)])
     path = tmp_path / "summary.parquet"
     write_table(path, summarise(anchor_slot_floors(_reads(), 2, 2, full)),
-                {"anchors": 2, "paths": 4, "top_k": 2})
+                {"anchors": 2, "paths": 4, "top_k": 2,
+                 "endpoint": "local vLLM server on the target"})
     values = tableC6_api_floors({"summary": path}, {}, tmp_path)
     assert values["\\fgApiAnchors"] == "2" and values["\\fgApiCompleteLast"] == "1"
     assert values["\\fgApiTopK"] == "2" and values["\\fgApiOmittedLast"] == "0.1000"
-    assert values["\\fgApiMatchedCells"] == "3"
+    assert values["\\fgApiMatchedCells"] == "3" and values["\\fgApiMatchedSaid"] == "done"
+    assert values["\\fgApiEndpoint"] == "local vLLM server on the target"
     tex = (tmp_path / "tableC6_api_floors.tex").read_text()
     assert "\\widetilde T^{(0)}" in tex and "1/1" in tex
     assert (tmp_path / "tableC6_api_floors.csv").exists()
@@ -137,7 +139,9 @@ def test_table_c6_without_the_matched_check_still_defines_every_macro(tmp_path: 
     """A remote endpoint has no local model: the matched values read "--", so the paper
     compiles."""
     path = tmp_path / "summary.parquet"
-    write_table(path, summarise(anchor_slot_floors(_reads(), 2, 2)), {"anchors": 2})
+    write_table(path, summarise(anchor_slot_floors(_reads(), 2, 2)),
+                {"anchors": 2, "endpoint": "https://api.example/v1"})
     values = tableC6_api_floors({"summary": path}, {}, tmp_path)
     assert values["\\fgApiMatchedCells"] == "--" and values["\\fgApiMatchedTZeroContained"] == "--"
+    assert values["\\fgApiMatchedSaid"] == "not done"
     assert "--" in (tmp_path / "tableC6_api_floors.tex").read_text()

@@ -19,7 +19,8 @@ from floorgap.estimators.serving import largest_risk_lower_bound
 from floorgap.notation import NOTATION
 from floorgap.records import read_metadata, read_table
 from floorgap.reports.common import (GapSummary, fmt, fmt_interval, fmt_pct, item_figure,
-                                     macro_name, role_variants, save_item_figure, write_table)
+                                     macro_name, role_variants, save_item_figure, tex_text,
+                                     write_table)
 
 __all__ = ["fig5_cross_target", "tableC6_api_floors", "tableF3_serving_bounds", "table2_notation"]
 
@@ -57,6 +58,9 @@ def tableC6_api_floors(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
         macro_name("api", "complete", "last"): str(int(last["anchors"])),
         macro_name("api", "paths"): str(meta.get("paths", "--")),
         macro_name("api", "top", "k"): str(meta.get("top_k", "--")),
+        # what the stage recorded of its endpoint, and whether it teacher-forced the paths
+        macro_name("api", "endpoint"): tex_text(meta["endpoint"]),
+        macro_name("api", "matched", "said"): "done" if matched else "not done",
         macro_name("api", "T0", "last"): fmt(last["t0"], 3),
         macro_name("api", "T1", "held", "out", "last"): fmt(last["t1_held_out"], 3),
         macro_name("api", "omitted", "last"): fmt(last["omitted"], 4),
