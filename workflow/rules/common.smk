@@ -25,7 +25,12 @@ except ConfigError as exc:
 # Rules call the console command `floorgap`: put the interpreter running Snakemake (for instance
 # .venv/bin of `.venv/bin/snakemake`) first on PATH, so the jobs find it without an activated
 # environment. `--sdm conda` jobs activate their env in front of it.
-os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+envvars:
+    "PATH",
+
+
+JOB_PATH = os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])
+os.environ["PATH"] = JOB_PATH
 
 LOGS = "results/logs"
 CONDA_ENV = "../../envs/floorgap.yaml"
@@ -78,3 +83,62 @@ def eval_record(target, evaluation, kind, domain="{domain}", shard="{shard}"):
         f"results/{target}/drafter_eval/{evaluation.job}/{evaluation.variant}/"
         f"{evaluation.weights}/{domain}/{kind}-{shard}.parquet"
     )
+
+
+# Input functions of the stages' rules (here, so that each rule file holds rules only).
+
+
+# the drafters (drafters.smk)
+def training_data(w):
+    """The training record, for a drafter that is trained."""
+    return [] if W.is_imported(w.variant, w.target) else f"results/{w.target}/drafter_data/blocks.pt"
+
+
+def checkpoint_files(w):
+    """config.json and the safetensors files of an imported drafter's local folder."""
+    entry = W.variant_entry(w.variant, w.target).get("checkpoint") or {}
+    if "path" not in entry:
+        return []  # trained, or fetched from the hub by the job
+    folder = Path(entry["path"]).expanduser()
+    return [str(folder / "config.json"), *sorted(str(p) for p in folder.glob("*.safetensors*"))]
+
+
+# the gap summaries (gaps.smk)
+def gaps_records(kind):
+    """Every drafter_eval shard a summary reads, for one record kind ("paths" or "slots")."""
+    return lambda w: [
+        eval_record(w.target, e, kind, domain, shard)
+        for e in W.summary_evaluations(w.summary, w.target)
+        for domain in W.domains
+        for shard in W.shards()
+    ]
+
+
+# serving (serving.smk)
+def served_drafter(w):
+    """The folder the engine loads for a drafter system: a variant's export, or a checked
+    folder as it is (none for `ar` and `target`)."""
+    folder = W.served_folder(w.target, w.system)
+    return [] if folder is None else folder
+
+
+# the manifest (manifest.smk)
+def target_records(target):
+    """Every record file of one target that the manifest covers."""
+    per_domain_files = [
+        f"results/{target}/{kind}/{domain}.parquet"
+        for kind in ("corpus", "anchors")
+        for domain in W.domains
+    ]
+    rollouts = [
+        f"results/{target}/rollouts/{domain}/{kind}-{shard}.parquet"
+        for domain in W.domains
+        for shard in W.shards()
+        for kind in ("paths", "floors")
+    ]
+    # the MI probe runs on full targets only (a cross_target target runs what Fig. 5 reads)
+    mi = ([f"results/{target}/mi/{domain}.parquet" for domain in W.domains]
+          if W.scope(target) == "full" else [])
+    floors = [f"results/{target}/floors/{name}.parquet" for name in ("anchor_slot", "summary")]
+    gaps = [f"results/{target}/gaps/{name}.parquet" for name in W.summaries(target)]
+    return per_domain_files + rollouts + mi + floors + gaps

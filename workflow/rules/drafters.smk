@@ -4,20 +4,6 @@
 # local checkpoint folder's files are inputs (an edited folder is imported again).
 
 
-def training_data(w):
-    """The training record, for a drafter that is trained."""
-    return [] if W.is_imported(w.variant, w.target) else f"results/{w.target}/drafter_data/blocks.pt"
-
-
-def checkpoint_files(w):
-    """config.json and the safetensors files of an imported drafter's local folder."""
-    entry = W.variant_entry(w.variant, w.target).get("checkpoint") or {}
-    if "path" not in entry:
-        return []  # trained, or fetched from the hub by the job
-    folder = Path(entry["path"]).expanduser()
-    return [str(folder / "config.json"), *sorted(str(p) for p in folder.glob("*.safetensors*"))]
-
-
 rule drafters:
     """One drafter variant trained on the target's blocks; per-epoch checkpoints (resumable,
     not a declared output so that a rerun keeps them) under checkpoints/; the weights of every

@@ -11,16 +11,6 @@
 # A cross_target target has only `summary`, of its two baselines (Fig. 5).
 
 
-def gaps_records(kind):
-    """Every drafter_eval shard a summary reads, for one record kind ("paths" or "slots")."""
-    return lambda w: [
-        eval_record(w.target, e, kind, domain, shard)
-        for e in W.summary_evaluations(w.summary, w.target)
-        for domain in W.domains
-        for shard in W.shards()
-    ]
-
-
 rule gaps:
     """G0, G1, exposure, R^serve vs R, D_k, tau vs tau_indep, single-slot gains, sweeps."""
     input:

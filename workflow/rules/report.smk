@@ -30,7 +30,9 @@ for _item in ITEMS.values():
             spec=as_json(W.report_spec(_item.reads, _item.kind)),
             inputs=lambda w, input: " ".join(f"--input {k}={v}" for k, v in input.items()),
             plugins=" ".join(f"--plugin {p}" for p in REPORT_PLUGINS),
-            out_dir=_item.out_dir,
+            item=_item.name,
+            # the folder of the item's first file (figures/ or paper/tables/)
+            out_dir=lambda w, output: os.path.dirname(output[0]),
         log:
             f"{LOGS}/report/{_item.name}.log",
         threads: 1
@@ -44,6 +46,6 @@ for _item in ITEMS.values():
         conda:
             CONDA_ENV
         shell:
-            "floorgap report {rule} {params.inputs} --spec {params.spec:q} {params.plugins}"
+            "floorgap report {params.item} {params.inputs} --spec {params.spec:q} {params.plugins}"
             " --out-dir {params.out_dir} --out-values {output.values} --log {log}"
             " --threads {threads}"

@@ -6,13 +6,6 @@
 # A check's served drafters (floorgap check) are systems too, on a few rows per task.
 
 
-def served_drafter(w):
-    """The folder the engine loads for a drafter system: a variant's export, or a checked
-    folder as it is (none for `ar` and `target`)."""
-    folder = W.served_folder(w.target, w.system)
-    return [] if folder is None else folder
-
-
 rule serving:
     """Per request: prompt and completion tokens, verify steps, accepted drafts, latency and
     TTFT; per task run (task x temperature x concurrency): its client-side wall time."""
