@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import DEFAULT_CONFIG, SHIPPED_CONFIGS, load_config
 from floorgap.records import write_table
 from floorgap.reports.claims import (CLAIMS, HOLDS, NOT_HELD, NOT_MEASURED, UNRESOLVED, Check,
                                      Evidence, claims, count_line, evaluate, judge)
@@ -186,3 +187,22 @@ def test_the_claims_command_prints_the_count_line_and_refuses_a_missing_table(tm
     assert out.startswith("the paper's findings on this run: ") and f"(of {len(CLAIMS)};" in out
     assert main(["claims", "--table", str(tmp_path / "nothing.csv")]) == 2
     assert "snakemake paper/tables/claims.csv" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", [DEFAULT_CONFIG, *SHIPPED_CONFIGS], ids=lambda p: p.stem)
+def test_every_shipped_config_gives_the_claims_item_its_inputs_and_setting(path):
+    """The claims item's files and options resolve under every shipped config: imported and
+    trained drafters, each role named in words, taps and top-K from the config."""
+    import json
+
+    from floorgap.config import REPORT_SUMMARIES, as_json, resolve
+    from floorgap.reports.claims import _setting_macros
+
+    w = resolve(load_config(path))
+    inputs = REPORT_SUMMARIES["claims"].inputs(w)
+    assert "floors__summary" in inputs and any(k.startswith("mi__") for k in inputs)
+    options = json.loads(as_json(REPORT_SUMMARIES["claims"].options(w)))
+    assert set(options["setting"]["drafters"]) == {"order0", "order1", "ours"}
+    values = _setting_macros(options["setting"])
+    assert values["\\fgSettingTaps"].startswith("$[") and values["\\fgSettingDevice"] in ("CPU",
+                                                                                         "GPU")

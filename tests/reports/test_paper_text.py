@@ -17,6 +17,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import DEFAULT_CONFIG, SHIPPED_CONFIGS
 from floorgap.reports.claims import (CLAIMS, HOLDS, UNRESOLVED, Check, Evidence, direction,
                                      judge)
 from floorgap.reports.paper_text import (body, config_literals, expand, foreign_literals,
@@ -24,7 +25,7 @@ from floorgap.reports.paper_text import (body, config_literals, expand, foreign_
 
 REPO = Path(__file__).resolve().parents[2]
 MAIN = REPO / "paper" / "main.tex"
-CONFIGS = [REPO / "config.yaml", *sorted((REPO / "workflow" / "configs").glob("*.yaml"))]
+CONFIGS = [DEFAULT_CONFIG, *SHIPPED_CONFIGS]
 
 #: Words that state a direction of a finding.
 DIRECTION = re.compile(r"\b(rises?|rising|falls?|grows?|growth|shrinks?|widens?|increases?|"
