@@ -42,6 +42,9 @@ from floorgap.stages._cli import EXIT_STAGE_ERROR, run_stage
 #: Commands that are not stages (they launch the workflow): name -> one line of help.
 COMMANDS = {"check": "FOLDER [FOLDER ...]: a report of verdicts on your drafters: "
                      "under-trained, near the floor, which is better (runs the workflow)",
+            "compare": "RUN_A RUN_B: two finished runs side by side: records, the paper's numbers "
+                       "and its findings' verdicts (exit 0 identical, 1 same conclusions, 3 a "
+                       "number moved)",
             "decompose": "FOLDER: floor and model gap of your own drafter checkpoint folder "
                          "(runs the workflow)",
             "claims": "[--table paper/tables/claims.csv]: how many of the paper's findings held "
@@ -77,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     name = args[0]
     commands = {"decompose": decompose, "check": check, "inspect": inspect, "plan": plan,
-                "rehearsal": rehearsal, "claims": claims}
+                "rehearsal": rehearsal, "claims": claims, "compare": compare}
     if name in commands:
         return commands[name](args[1:])
     if name not in STAGES:
@@ -112,6 +115,38 @@ def claims(argv: Sequence[str]) -> int:
     for row in table[table["verdict"] == NOT_HELD].itertuples(index=False):
         print(f"  not held: {row.claim} ({row.where})")
     return 0
+
+
+# ------------------------------------------------------------------------ floorgap compare
+
+#: Exit status of ``floorgap compare`` by outcome (2 is a bad invocation, as everywhere).
+COMPARE_EXIT = {"identical": 0, "same conclusions": 1, "a number moved": 3}
+
+
+def compare(argv: Sequence[str]) -> int:
+    """``floorgap compare RUN_A RUN_B [--out DIR]``: the comparison's page on stdout (markdown)
+    and in DIR (markdown, HTML, every estimate); the exit status says the outcome."""
+    from floorgap.analysis.compare import compare_runs
+    from floorgap.reports.compare_page import to_markdown, write_compare
+
+    parser = argparse.ArgumentParser(prog="floorgap compare", description=COMMANDS["compare"])
+    parser.add_argument("runs", type=Path, nargs=2, metavar="RUN",
+                        help="folders a workflow ran in (each with results/ and paper/)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for compare.md, compare.html and numbers.csv")
+    parser.add_argument("--rtol", type=float, default=1e-6,
+                        help="relative tolerance of 'equal within float tolerance'")
+    parser.add_argument("--atol", type=float, default=1e-9, help="absolute tolerance")
+    args = parser.parse_args(list(argv))
+    try:
+        cmp = compare_runs(*args.runs, rtol=args.rtol, atol=args.atol)
+    except StageError as exc:
+        print(f"floorgap compare: {exc}", file=sys.stderr)
+        return 2
+    print(to_markdown(cmp))
+    if args.out is not None:
+        write_compare(cmp, args.out)
+    return COMPARE_EXIT[cmp.outcome]
 
 
 # ------------------------------------------------------------------------ floorgap inspect
