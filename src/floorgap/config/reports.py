@@ -125,11 +125,16 @@ def _setting(w: SpecCore) -> dict[str, Any]:
             "drafters": {role: _drafter_setting(w, name) for role, name in w.roles.items()}}
 
 
+#: The kinds of summary the paper's findings read (reports/claims.py).
+CLAIM_READS = ("floors", "gaps", "gaps_trajectory", "gaps_components", "serving", "mi",
+               "floor_variants", "api_floors", "cross_target")
+
+
 def _claims_inputs(w: SpecCore) -> dict[str, str]:
-    """Every summary a claim reads: each other kind's files, keyed ``<kind>__<name>``."""
-    return {f"{kind}__{key}": path for kind, summary in REPORT_SUMMARIES.items()
-            if kind not in ("claims", "notation", "gaps_budget", "replication")
-            for key, path in summary.inputs(w).items()}
+    """Every summary a claim reads: the files of each kind of :data:`CLAIM_READS`, keyed
+    ``<kind>__<name>``."""
+    return {f"{kind}__{key}": path for kind in CLAIM_READS
+            for key, path in REPORT_SUMMARIES[kind].inputs(w).items()}
 
 
 def _claims_options(w: SpecCore) -> dict[str, Any]:
