@@ -20,7 +20,8 @@ from floorgap.reports.claims import (CLAIMS, HOLDS, NOT_HELD, NOT_MEASURED, UNRE
 GAMMA = 4
 ROLES = {"order0": "dflash", "order1": "dspark", "ours": "ours"}
 SETTING = {"device": "cpu", "dtype": "float32", "taps": [1, 2], "top_k_targets": 16,
-           "drafters": {"order0": "dflash, 2 layers, 1 epochs"}}
+           "drafters": {"order0": {"name": "dflash", "kind": "dflash", "layers": 2, "epochs": 1},
+                        "order1": {"name": "dspark", "imported": "org/dspark_block7"}}}
 SPEC = {"roles": ROLES, "lookups": {}, "analysis": {"bootstrap": 10, "level": 0.95, "seed": 1},
         "ess_gates": [2], "setting": SETTING, "components_baseline": "vanilla", "arms": []}
 
@@ -173,6 +174,9 @@ def test_the_item_writes_its_table_counts_and_prose_macros(tmp_path):
     assert values["\\fgClaimOursGapLowerDirection"] == "widens"
     assert values["\\fgClaimOursGapLowerSays"] == "does not hold"
     assert "longtable" in (tmp_path / "claims.tex").read_text()
+    assert values["\\fgSettingDrafters"] == (
+        "the order-0 baseline dflash, a dflash drafter of 2 layers trained for 1 epoch; "
+        "the order-1 baseline dspark, imported from \\url{org/dspark_block7}")
     assert count_line(list(table.drop_duplicates("claim")["verdict"])).startswith(
         f"the paper's findings on this run: {values[chr(92) + 'fgClaimsHeld']} held")
 

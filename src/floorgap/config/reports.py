@@ -104,15 +104,15 @@ REPORT_SUMMARIES: dict[str, ReportSummary] = {
 }
 
 
-def _drafter_setting(w: SpecCore, name: str) -> str:
-    """How drafter ``name`` of the primary target came to be, in a few words."""
+def _drafter_setting(w: SpecCore, name: str) -> dict[str, Any]:
+    """How drafter ``name`` of the primary target came to be: the folder or hub id it is
+    imported from, or its kind, layers and training epochs."""
     entry = w.variant_entry(name, w.primary)
     if w.is_imported(name, w.primary):
-        source = entry["checkpoint"].get("hub") or entry["checkpoint"].get("path")
-        return f"{name}, imported from {source}"
-    layers, epochs = int(entry["layers"]), w.variant_epochs(name, w.primary)
-    return (f"{name}, a {entry['kind']} drafter of {layers} layer{'s' * (layers != 1)} "
-            f"trained for {epochs} epoch{'s' * (epochs != 1)}")
+        return {"name": name,
+                "imported": entry["checkpoint"].get("hub") or entry["checkpoint"].get("path")}
+    return {"name": name, "kind": entry["kind"], "layers": int(entry["layers"]),
+            "epochs": w.variant_epochs(name, w.primary)}
 
 
 def _setting(w: SpecCore) -> dict[str, Any]:

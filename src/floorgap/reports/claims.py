@@ -918,6 +918,16 @@ def _claim_macros(r: ClaimResult) -> dict[str, str]:
             macro_name(*stem, "count"): f"{on_side} of {n}"}
 
 
+def _drafter_words(d: Mapping[str, Any]) -> str:
+    """A role's drafter in words: imported from its folder or hub id (a URL-like path breaks
+    across lines), or trained with its kind, layers and epochs."""
+    if "imported" in d:
+        return f"{tex_text(d['name'])}, imported from \\url{{{d['imported']}}}"
+    s = lambda n: "s" * (int(n) != 1)
+    return (f"{tex_text(d['name'])}, a {tex_text(d['kind'])} drafter of {d['layers']} "
+            f"layer{s(d['layers'])} trained for {d['epochs']} epoch{s(d['epochs'])}")
+
+
 def _setting_macros(setting: Mapping[str, Any]) -> dict[str, str]:
     """The run's setting from its config (``spec["setting"]``) and the paper's beside it."""
     values = {macro_name("paper", key): text for key, text in PAPER_SETTING.items()}
@@ -928,8 +938,8 @@ def _setting_macros(setting: Mapping[str, Any]) -> dict[str, str]:
     values[macro_name("setting", "taps")] = "$[" + ", ".join(map(str, setting["taps"])) + "]$"
     values[macro_name("setting", "top", "k")] = str(setting["top_k_targets"])
     values[macro_name("setting", "drafters")] = "; ".join(
-        f"{ROLE_WORDS.get(role, tex_text(role))} {tex_text(text)}"
-        for role, text in setting["drafters"].items())
+        f"{ROLE_WORDS.get(role, tex_text(role))} {_drafter_words(d)}"
+        for role, d in setting["drafters"].items())
     return values
 
 
