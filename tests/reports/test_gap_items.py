@@ -239,8 +239,8 @@ def test_fig5_compares_every_targets_final_slot(summary_path, tmp_path):
     assert (tmp_path / "fig5_cross_target.pdf").stat().st_size > 1000
     shares = [GapSummary(p).get("G0_share", ROLES["order0"], 2) for p in (summary_path, other)]
     assert values["\\fgCrossTargets"] == "2"
-    assert values["\\fgCrossDflashGapShareMin"] == f"{100 * min(shares):.0f}\\%"
-    assert values["\\fgCrossDflashGapShareMax"] == f"{100 * max(shares):.0f}\\%"
+    assert values["\\fgCrossDflashGapShareRange"] == (
+        f"{100 * min(shares):.0f}\\%--{100 * max(shares):.0f}\\%")
     assert "\\texttt{first}, \\texttt{second}" == values["\\fgCrossTargetList"]
 
 

@@ -49,8 +49,8 @@ def test_writes_table_and_values(record_files, tmp_path):
     for name in ["\\fgMiRhoOrderOnePooled", "\\fgMiRhoOrderOnePooledCI",
                  "\\fgMiRhoOrderFourPooled", "\\fgMiRhoOrderOneSlotMin",
                  "\\fgMiRhoOrderOneSlotMax", "\\fgMiEligibleAnchors", "\\fgMiEligiblePrompts",
-                 "\\fgMiCellsOrderOne", "\\fgMiPaths", "\\fgMiEssGateRhoOrderOneMin",
-                 "\\fgMiEssGateRhoOrderOneMax", "\\fgMiEssGateHalfPathsRhoOrderOne",
+                 "\\fgMiCellsOrderOne", "\\fgMiPaths", "\\fgMiEssGateRhoOrderOneRange",
+                 "\\fgMiEssGateHalfPathsRhoOrderOne",
                  "\\fgMiEssGateEightCellsOrderOne", "\\fgMiScreenedShare"]:
         assert name in macros, name
     assert macros["\\fgMiPaths"] == "16"

@@ -829,7 +829,7 @@ def direction(claim: Claim, ev: Evidence | None) -> str:
     trend = claim.check.kind in ("rises", "falls")
     verb = "moves" if trend else "changes"
     if verdict == NOT_MEASURED:
-        return f"{verb} (not measured)" if trend else "--"
+        return f"{verb} (not measured)" if trend or claim.words else "--"
     on_side, n = claim.check.points(ev)
     up, down = claim.words or ("rises", "falls")
     if not trend and (n > 1 or claim.words is None):

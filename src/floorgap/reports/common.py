@@ -77,6 +77,12 @@ def fmt_pct(value: float, digits: int = 1) -> str:
     return f"{100 * value:.{digits}f}\\%"
 
 
+def fmt_range(low: str, high: str) -> str:
+    """``low--high`` of two formatted values (a range in the text), or one ``--`` when either
+    is undefined."""
+    return "--" if "--" in (low, high) else f"{low}--{high}"
+
+
 def fmt_interval(lower: float, upper: float, digits: int = 3) -> str:
     """``[lo, hi]`` with the same formatting as :func:`fmt`."""
     return f"[{fmt(lower, digits)}, {fmt(upper, digits)}]"

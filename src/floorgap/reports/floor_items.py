@@ -187,6 +187,9 @@ def _fig2_values(s: FloorSummary) -> dict[str, str]:
             np.nanmin(shares), 0)
         values[macro_name("floor", "share", "removed", *tag, "max")] = fmt_pct(
             np.nanmax(shares), 0)
+        lo, hi = np.nanmin(shares), np.nanmax(shares)
+        values[macro_name("floor", "share", "removed", *tag, "range")] = (
+            f"{fmt_pct(lo, 0)}--{fmt_pct(hi, 0)}" if np.isfinite([lo, hi]).all() else "--")
         values[macro_name("floor", "share", "removed", *tag, "pooled")] = fmt_pct(
             s.get(share_stat, -1))
     values[macro_name("floor", "covered", "mass", "min")] = fmt(

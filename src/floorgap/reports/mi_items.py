@@ -20,7 +20,7 @@ import pandas as pd
 
 from floorgap.analysis.mi import MILocality, load_records, summarise_locality
 from floorgap.estimators.aggregate import DEFAULT_BOOT_SEED
-from floorgap.reports.common import macro_name, write_table
+from floorgap.reports.common import fmt_range, macro_name, write_table
 
 ITEM = "table4_mi_locality"
 _ORDER_WORDS = {1: "One", 2: "Two", 3: "Three", 4: "Four"}
@@ -122,8 +122,8 @@ def _order_macros(summary: MILocality, m: int) -> dict[str, str]:
         macro_name("mi", "ess", "median", "order", w): (
             f"{float(extra['ess_median']):.1f}" if int(pooled["cells"]) else "--"),
         # sensitivity: the pooled estimate without a gate and under every gate
-        macro_name("mi", "ess", "gate", "rho", "order", w, "min"): _pct_tex(gate_min),
-        macro_name("mi", "ess", "gate", "rho", "order", w, "max"): _pct_tex(gate_max),
+        macro_name("mi", "ess", "gate", "rho", "order", w, "range"): fmt_range(
+            _pct_tex(gate_min), _pct_tex(gate_max)),
         macro_name("mi", "ess", "gate", "spread", "order", w): (
             f"{100 * (gate_max - gate_min):.1f}" if math.isfinite(gate_min) else "--"),
     }

@@ -18,7 +18,7 @@ import pandas as pd
 from floorgap.estimators.serving import largest_risk_lower_bound
 from floorgap.notation import NOTATION
 from floorgap.records import read_metadata, read_table
-from floorgap.reports.common import (GapSummary, fmt, fmt_interval, fmt_pct, item_figure,
+from floorgap.reports.common import (GapSummary, fmt, fmt_interval, fmt_pct, fmt_range, item_figure,
                                      macro_name, role_variants, save_item_figure, tex_text,
                                      write_table)
 
@@ -64,8 +64,8 @@ def tableC6_api_floors(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_
         macro_name("api", "T0", "last"): fmt(last["t0"], 3),
         macro_name("api", "T1", "held", "out", "last"): fmt(last["t1_held_out"], 3),
         macro_name("api", "omitted", "last"): fmt(last["omitted"], 4),
-        macro_name("api", "removed", "min"): fmt_pct(deep.min()) if len(deep) else "--",
-        macro_name("api", "removed", "max"): fmt_pct(deep.max()) if len(deep) else "--",
+        macro_name("api", "removed", "range"): fmt_range(
+            *(fmt_pct(x) if len(deep) else "--" for x in (deep.min(), deep.max()))),
     }
     # without the matched check (a remote endpoint) the text's matched values read "--"
     values[macro_name("api", "matched", "cells")] = (str(int(rows["anchors"].sum()))
@@ -186,10 +186,10 @@ def fig5_cross_target(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_d
             f"\\texttt{{{t}}}" for t in plain) or "none",
         macro_name("cross", "targets"): str(len(targets)),
         macro_name("cross", "target", "list"): ", ".join(f"\\texttt{{{t}}}" for t in targets),
-        macro_name("cross", "dflash", "gap", "share", "min"): fmt_pct(float(s0.min()), 0),
-        macro_name("cross", "dflash", "gap", "share", "max"): fmt_pct(float(s0.max()), 0),
-        macro_name("cross", "dspark", "gap", "share", "min"): fmt_pct(float(s1.min()), 0),
-        macro_name("cross", "dspark", "gap", "share", "max"): fmt_pct(float(s1.max()), 0),
+        macro_name("cross", "dflash", "gap", "share", "range"): fmt_range(
+            fmt_pct(float(s0.min()), 0), fmt_pct(float(s0.max()), 0)),
+        macro_name("cross", "dspark", "gap", "share", "range"): fmt_range(
+            fmt_pct(float(s1.min()), 0), fmt_pct(float(s1.max()), 0)),
         # on one population: the oracle risk on every path against T^(0) on every path
         macro_name("cross", "dspark", "above", "T0"): str(int(
             (df["R_oracle_all_estimate"] > df["T0_estimate"]).sum())),

@@ -17,7 +17,8 @@ import pandas as pd
 
 from floorgap.analysis.floor_variants import covered_floor_ratios
 from floorgap.records import read_metadata, read_table
-from floorgap.reports.common import fmt, fmt_pct, fmt_signed, macro_name, write_table
+from floorgap.reports.common import (fmt, fmt_pct, fmt_range, fmt_signed, macro_name,
+                                     write_table)
 
 __all__ = ["tableC2_replication", "tableC3_finite_m", "tableC4_block16", "tableC7_sampling_law"]
 
@@ -87,8 +88,8 @@ def tableC4_block16(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir
         macro_name("block", "T0", "last"): fmt(r.at[last, "t0"], 3),
         macro_name("block", "T1", "last"): fmt(r.at[last, "t1_split"], 3),
         macro_name("block", "accept", "last"): fmt_pct(1 - r.at[last, "t0"]),
-        macro_name("block", "removed", "min"): fmt_pct(float(deep.min())),
-        macro_name("block", "removed", "max"): fmt_pct(float(deep.max())),
+        macro_name("block", "removed", "range"): fmt_range(fmt_pct(float(deep.min())),
+                                                          fmt_pct(float(deep.max()))),
     }
 
 
