@@ -558,8 +558,8 @@ CLAIMS: tuple[Claim, ...] = (
           "$T^{(0)}_1$, $T^{(0)}_{\\gamma-1}$", Check("rises"), "0.078 to 0.286",
           _floor("T0", ends=True)),
     Claim("acceptance_cap_last", "Sec. 3.1, abstract",
-          "An ideal all-parallel drafter accepts at most 71-92\\% per slot: the final-slot "
-          "floor is at least 0.1.",
+          "Parallel blindness binds: the final-slot floor is at least 0.1, so an ideal "
+          "all-parallel drafter accepts less than 90\\% there.",
           "$T^{(0)}_{\\gamma-1}$", Check("above", 0.1), "0.286 (cap 71\\%)",
           _floor_at("T0", "last")),
     Claim("open_domains_above", "Sec. 3.1, Fig. 3",
