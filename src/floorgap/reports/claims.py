@@ -866,14 +866,14 @@ def evaluate(inputs: Mapping[str, Path], spec: Mapping[str, Any],
     return results
 
 
-def counts(results: Sequence[ClaimResult]) -> dict[str, int]:
+def counts(verdicts: Sequence[str]) -> dict[str, int]:
     """How many claims got each verdict."""
-    return {v: sum(r.verdict == v for r in results) for v in VERDICTS}
+    return {v: sum(x == v for x in verdicts) for v in VERDICTS}
 
 
 def count_line(verdicts: Sequence[str]) -> str:
     """The one line a run ends with: how many of the paper's findings got each verdict."""
-    n = {v: sum(x == v for x in verdicts) for v in VERDICTS}
+    n = counts(verdicts)
     return (f"the paper's findings on this run: {n[HOLDS]} held, {n[NOT_HELD]} not held, "
             f"{n[UNRESOLVED]} not resolved, {n[NOT_MEASURED]} not measured "
             f"(of {len(verdicts)}; paper/tables/claims.csv)")
@@ -956,7 +956,7 @@ def claims(inputs: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path
         values.update(_claim_macros(r))
         log.info("%-36s %-14s run %s | paper %s", r.claim.key, r.verdict,
                  _run_text(r.claim, r.evidence), r.claim.paper)
-    n = counts(results)
+    n = counts([r.verdict for r in results])
     for verdict, word in zip(VERDICTS, ("held", "not held", "not resolved", "not measured")):
         values[macro_name("claims", word)] = str(n[verdict])
         names = [f"{r.claim.claim.rstrip('.')} ({r.claim.where})" for r in results
