@@ -114,6 +114,13 @@ def run_targets(run: Path) -> list[str]:
     return targets
 
 
+def _stage(rel: str) -> tuple[str, str]:
+    """(target, stage) of a record file ``results/<target>/<stage>/...`` (a file directly in
+    the target's folder counts as the stage of its name)."""
+    parts = Path(rel).parts
+    return parts[1], parts[2] if len(parts) > 3 else Path(parts[2]).stem
+
+
 def _records(run: Path, target: str) -> dict[str, Path]:
     root = run / "results" / target
     return {str(p.relative_to(run)): p for p in sorted(root.rglob("*"))
@@ -248,8 +255,7 @@ def _frame_values(df: pd.DataFrame) -> dict[str, Any]:
 
 def compare_file(rel: str, pa: Path, pb: Path, tol: tuple[float, float]) -> FileComparison:
     """One record file of both runs (its content and, for a table, its metadata)."""
-    parts = Path(rel).parts   # results/<target>/<stage>/...
-    target, stage = parts[1], parts[2] if len(parts) > 3 else Path(parts[2]).stem
+    target, stage = _stage(rel)
     timing: list[str] = []
     xa, xb = _read(pa, rel), _read(pb, rel)
     if isinstance(xa, pd.DataFrame):
@@ -268,10 +274,8 @@ def compare_records(a: Path, b: Path, tol: tuple[float, float]) -> list[FileComp
     for target in run_targets(a):
         ra, rb = _records(a, target), _records(b, target)
         for rel in sorted(set(ra) | set(rb)):
-            parts = Path(rel).parts
-            stage = parts[2] if len(parts) > 3 else Path(parts[2]).stem
             if rel not in rb or rel not in ra:
-                out.append(FileComparison(rel, stage, target,
+                out.append(FileComparison(rel, *reversed(_stage(rel)),
                                           "only in A" if rel not in rb else "only in B"))
                 continue
             out.append(compare_file(rel, ra[rel], rb[rel], tol))
@@ -315,7 +319,6 @@ def compare_claims(a: Path, b: Path) -> list[tuple[str, str, str]]:
 def compare_runs(a: Path, b: Path, *, rtol: float = 1e-6, atol: float = 1e-9) -> RunComparison:
     """Records, numbers and conclusions of two finished runs of one config; runs of different
     configs are refused naming the keys."""
-    run_targets(a), run_targets(b)
     differ = setting_differences(a, b)
     if differ:
         raise StageError("the runs are of different configs: " + "; ".join(differ[:8])

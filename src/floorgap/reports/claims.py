@@ -249,8 +249,7 @@ def _slot_labels(slots: Sequence[int]) -> list[str]:
     return [f"k={k}" for k in slots]
 
 
-def _floor(stat: str, first: int = 1, *, pct: bool = False, ends: bool = False,
-           domain: str = "all") -> Reader:
+def _floor(stat: str, first: int = 1, *, pct: bool = False, ends: bool = False) -> Reader:
     """A floors-summary statistic over slots ``first``..last (only the two ends with
     ``ends``)."""
     def read(r: RunSummaries) -> Evidence | None:
@@ -259,7 +258,7 @@ def _floor(stat: str, first: int = 1, *, pct: bool = False, ends: bool = False,
             return None
         slots = list(range(first, s.gamma))
         slots = [slots[0], slots[-1]] if ends and len(slots) > 1 else slots
-        return Evidence.of(_slot_labels(slots), *s.series(stat, slots, domain), pct=pct)
+        return Evidence.of(_slot_labels(slots), *s.series(stat, slots), pct=pct)
     return read
 
 
@@ -302,13 +301,12 @@ def _open_above_constrained(r: RunSummaries) -> Evidence | None:
 
 
 def _gap(stat: str, role: int, first: int = 1, *, pct: bool = False, ends: bool = False,
-         last_only: bool = False, source: str = "gaps") -> Reader:
+         last_only: bool = False) -> Reader:
     """A gaps-summary statistic of the drafter of ``role`` (0: order-0 baseline, 1: order-1
-    baseline, 2: ours) over slots ``first``..last; ``role`` may also be a contrast index pair
-    via :func:`_contrast`."""
+    baseline, 2: ours) over slots ``first``..last (only the two ends with ``ends``, only the
+    last with ``last_only``)."""
     def read(r: RunSummaries) -> Evidence | None:
-        s = getattr(r, source)
-        v = r.roles[role]
+        s, v = r.gaps, r.roles[role]
         if s is None or v not in s.variants:
             return None
         slots = list(range(first, s.gamma))
@@ -327,9 +325,9 @@ def _gap_scalar(stat: str, role: int) -> Reader:
     return read
 
 
-def _contrast(stat: str, a: int, b: int, *, last_only: bool = True, pct: bool = False,
-              first: int = 1) -> Reader:
-    """A paired contrast of the gaps summary, drafter ``a`` minus drafter ``b`` (roles)."""
+def _contrast(stat: str, a: int, b: int, *, pct: bool = False) -> Reader:
+    """A paired contrast of the gaps summary, drafter ``a`` minus drafter ``b`` (roles): a
+    scalar (``diff_tau``) or its value at the final slot."""
     def read(r: RunSummaries) -> Evidence | None:
         s = r.gaps
         if s is None:
@@ -337,23 +335,16 @@ def _contrast(stat: str, a: int, b: int, *, last_only: bool = True, pct: bool = 
         pair = f"{r.roles[a]}-{r.roles[b]}"
         if not (s.df["variant"] == pair).any():
             return None
-        slots = [s.last] if last_only else list(range(first, s.gamma))
-        if stat in ("diff_tau",):
-            return Evidence.of([pair], *[[s.get(stat, pair, field=f)]
-                                         for f in ("estimate", "lower", "upper")], pct=pct)
-        return Evidence.of(_slot_labels(slots), *s.series(stat, pair, slots), pct=pct)
+        k = -1 if stat == "diff_tau" else s.last
+        return Evidence.of([pair if k < 0 else f"k={k}"], *s.series(stat, pair, [k]), pct=pct)
     return read
 
 
-def _gap_two(stat: str, role: int, slot_a: int | str, slot_b: int | str) -> Reader:
-    """One gaps statistic at two slots, as the ends of a trend ("last" for the final slot)."""
-    def read(r: RunSummaries) -> Evidence | None:
-        s, v = r.gaps, r.roles[role]
-        if s is None or v not in s.variants:
-            return None
-        slots = [s.last if k == "last" else int(k) for k in (slot_a, slot_b)]
-        return Evidence.of(_slot_labels(slots), *s.series(stat, v, slots))
-    return read
+def _minus(a: Sequence, b: Sequence) -> tuple:
+    """``a - b`` of two (estimate, lower, upper) triples, with the worst-case interval (the
+    summaries pair no difference of these)."""
+    (ea, la, ha), (eb, lb, hb) = a, b
+    return ea - eb, la - hb, ha - lb
 
 
 def _gap_minus(stat_a: str, stat_b: str, role: int, first: int = 0) -> Reader:
@@ -364,8 +355,8 @@ def _gap_minus(stat_a: str, stat_b: str, role: int, first: int = 0) -> Reader:
         if s is None or v not in s.variants:
             return None
         ks = list(range(first, s.gamma))
-        (ea, la, ha), (eb, lb, hb) = s.series(stat_a, v, ks), s.series(stat_b, v, ks)
-        return Evidence.of(_slot_labels(ks), ea - eb, la - hb, ha - lb)
+        return Evidence.of(_slot_labels(ks), *_minus(s.series(stat_a, v, ks),
+                                                     s.series(stat_b, v, ks)))
     return read
 
 
@@ -379,12 +370,10 @@ def _cross(stat: str, role: int, *, pct: bool = False, minus: str | None = None)
         for t, s in cross.items():
             if v not in s.variants:
                 continue
-            e, lo, hi = (s.get(stat, v, s.last, field=f) for f in ("estimate", "lower", "upper"))
+            row = [x[0] for x in s.series(stat, v, [s.last])]
             if minus is not None:
-                me, ml, mh = (s.get(minus, v, s.last, field=f)
-                              for f in ("estimate", "lower", "upper"))
-                e, lo, hi = e - me, lo - mh, hi - ml
-            rows.append((e, lo, hi))
+                row = _minus(row, [x[0] for x in s.series(minus, v, [s.last])])
+            rows.append(row)
             labels.append(t)
         return Evidence.of(labels, *zip(*rows), pct=pct) if rows else None
     return read
@@ -486,15 +475,16 @@ def _served_speedup(r: RunSummaries) -> Evidence | None:
                         for t in s.temperatures])
 
 
-def _variant(name: str, column: str, *, law: str = "evaluation", first: int = 1,
-             ends: bool = False, pct: bool = False, largest_m: bool = True) -> Reader:
-    """A floor variant's column by slot (means over its anchors; point values)."""
+def _variant(name: str, column: str, *, first: int = 1, ends: bool = False,
+             pct: bool = False) -> Reader:
+    """A floor variant's column by slot under the evaluation law, at its largest path count
+    (means over its anchors; point values)."""
     def read(r: RunSummaries) -> Evidence | None:
         df = r.variant_table(name)
         if df is None:
             return None
-        df = df[df["law"] == law]
-        if "paths" in df and largest_m:
+        df = df[df["law"] == "evaluation"]
+        if "paths" in df:
             df = df[df["paths"] == df["paths"].max()]
         df = df.set_index("slot").sort_index()
         slots = [k for k in df.index if k >= first]
@@ -652,7 +642,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("dflash_risk_rises", "Sec. 3.3, Tab. 5",
           "The order-0 drafter's risk rises from slot 0 to the final slot.",
           "$R_0$, $R_{\\gamma-1}$", Check("rises"), "0.14 to 0.64",
-          _gap_two("R", 0, 0, "last")),
+          _gap("R", 0, 0, ends=True)),
     Claim("dflash_gap_share_falls", "App. E.1, Tab. 5",
           "The gap's share of the order-0 drafter's rejection falls from slot 1 to the final "
           "slot.",
@@ -708,11 +698,11 @@ CLAIMS: tuple[Claim, ...] = (
           "Improving one slot helps most early: the single-slot best-response gain falls from "
           "slot 0 to the final slot.",
           "$\\Delta\\tau^{\\mathrm{BR}}_0$, $\\Delta\\tau^{\\mathrm{BR}}_{\\gamma-1}$",
-          Check("falls"), "0.221 to 0.056", _gap_two("dtau_br", 0, 0, "last")),
+          Check("falls"), "0.221 to 0.056", _gap("dtau_br", 0, 0, ends=True)),
     Claim("gap_grows_with_slot", "Sec. 3.5",
           "The order-0 drafter's model gap grows from slot 0 to the final slot.",
           "$G^{(0)}_0$, $G^{(0)}_{\\gamma-1}$", Check("rises"), "0.14 to 0.35 ($2.6\\times$)",
-          _gap_two("G0", 0, 0, "last")),
+          _gap("G0", 0, 0, ends=True)),
     Claim("sweep_superadditive", "App. F.6",
           "Improving all slots in a sweep gains more than the sum of the single-slot gains.",
           "forward sweep minus isolated sum (order 0)", _ABOVE0, "2.15 against 0.98",
